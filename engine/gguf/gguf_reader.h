@@ -1,0 +1,86 @@
+// Reads a GGUF v2/v3 file through mmap. Every count, length, offset and size is checked against
+// the file size with overflow-safe arithmetic; a bad file is an error naming the field and offset.
+// Tensor data is not copied: tensor views point into the mapping, which lives as long as the file.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+#include "gguf/gguf_value.h"
+#include "quant/ggml_type.h"
+
+namespace tandem {
+
+struct gguf_tensor {
+  std::string name;
+  ggml_type type = ggml_type::f32;
+  uint32_t n_dims = 0;
+  uint64_t dims[4] = {1, 1, 1, 1};  // dims[0] is contiguous (the input dimension of a matrix)
+  uint64_t offset = 0;              // relative to the data section
+  uint64_t n_elements = 0;
+  uint64_t n_bytes = 0;
+  const uint8_t* data = nullptr;    // into the mapping (or the caller's buffer for parse())
+};
+
+struct gguf_limits {
+  uint64_t max_string_bytes = 64ull << 20;
+  uint64_t max_array_items = 1ull << 28;
+  uint32_t max_array_depth = 4;
+  uint64_t max_tensors = 1ull << 20;
+  uint64_t max_kv = 1ull << 20;
+};
+
+class gguf_file {
+ public:
+  // Maps the file read-only. Errors name the path and the offending field.
+  static result<gguf_file> open(const std::string& path, const gguf_limits& limits = {});
+  // Parses bytes the caller keeps alive (tests, the fuzzer). No copy of tensor data.
+  static result<gguf_file> parse(std::span<const uint8_t> bytes, const gguf_limits& limits = {});
+
+  gguf_file(gguf_file&&) noexcept;
+  gguf_file& operator=(gguf_file&&) noexcept;
+  ~gguf_file();
+
+  uint32_t version() const { return version_; }
+  uint32_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }  // absolute start of the data section
+  uint64_t file_size() const { return size_; }
+
+  const std::vector<gguf_kv>& metadata() const { return kv_; }
+  const gguf_value* find(std::string_view key) const;
+
+  // Typed access: an error names the key and both types when they differ, or says it is missing.
+  // get_uint/get_int accept any integer wire type whose value fits; get_float accepts f32/f64.
+  result<uint64_t> get_uint(std::string_view key) const;
+  result<int64_t> get_int(std::string_view key) const;
+  result<double> get_float(std::string_view key) const;
+  result<bool> get_bool(std::string_view key) const;
+  result<std::string> get_string(std::string_view key) const;
+  result<std::vector<std::string>> get_string_array(std::string_view key) const;
+  result<std::vector<int64_t>> get_int_array(std::string_view key) const;
+  result<std::vector<double>> get_float_array(std::string_view key) const;
+
+  const std::vector<gguf_tensor>& tensors() const { return tensors_; }
+  const gguf_tensor* find_tensor(std::string_view name) const;
+
+ private:
+  gguf_file() = default;
+  struct mapping;
+
+  std::unique_ptr<mapping> map_;
+  const uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
+  uint32_t version_ = 0;
+  uint32_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  std::vector<gguf_kv> kv_;
+  std::vector<gguf_tensor> tensors_;
+};
+
+}  // namespace tandem

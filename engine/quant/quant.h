@@ -1,0 +1,21 @@
+// Row-level conversions between float and the ggml block types, and the dot product the
+// CPU backend computes with (quantized row · float vector), without dequantizing the model.
+#pragma once
+
+#include <cstdint>
+
+#include "quant/ggml_type.h"
+
+namespace tandem {
+
+bool can_dequantize(ggml_type t);  // F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K
+bool can_quantize(ggml_type t);    // F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K
+
+// n must be a multiple of the type's block size (callers validate; a violation is a bug).
+void dequantize_row(ggml_type t, const void* src, float* dst, int64_t n);
+void quantize_row(ggml_type t, const float* src, void* dst, int64_t n);
+
+// sum_i row[i] * x[i] over n elements, accumulated in float32.
+float vec_dot(ggml_type t, const void* row, const float* x, int64_t n);
+
+}  // namespace tandem
