@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds tandem and runs every test (the README's test command). GPU tests skip without a GPU.
+# Env: BUILD_DIR (default build), TANDEM_CUDA (AUTO|ON|OFF), TANDEM_CUDA_ARCHS (default: native with a
+# GPU, else 90 so a GPU-less machine still compile-checks the kernels quickly), JOBS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install_deps.sh
+build=${BUILD_DIR:-build}
+archs=${TANDEM_CUDA_ARCHS:-}
+if [ -z "$archs" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then archs=native; else archs=90; fi
+fi
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA="${TANDEM_CUDA:-AUTO}" \
+  -DCMAKE_CUDA_ARCHITECTURES="$archs"
+cmake --build "$build" -j "${JOBS:-$(nproc)}"
+ctest --test-dir "$build" --output-on-failure -j "${JOBS:-$(nproc)}" 2>&1 | tee "$build/ctest.log"
