@@ -1,9 +1,24 @@
 // Reads a GGUF v2/v3 file through mmap. Every count, length, offset and size is checked against
 // the file size with overflow-safe arithmetic; a bad file is an error naming the field and offset.
 // Tensor data is not copied: tensor views point into the mapping, which lives as long as the file.
+//
+// What is refused (each error names the field and its byte offset): bad magic, versions other
+// than 2 and 3 (v1 has 32-bit counts), counts, lengths and array sizes past the limits below or
+// past what the bytes remaining could hold (checked before anything is allocated), unknown value
+// types, arrays nested deeper than max_array_depth, bool bytes other than 0 and 1, empty or
+// non-UTF-8 keys and tensor names, duplicate keys and tensor names, general.alignment that is not
+// a u32 nonzero power of two, n_dims outside 1..4 (0-d tensors too), zero dims, element counts
+// past 2^63 or byte sizes past 2^64, unknown ggml type ids, rows (dims[0]) not a multiple of the
+// type's block size, offsets not a multiple of the alignment, and tensor data that overlaps,
+// leaves gaps or runs past the end of the file: sorted by offset, tensors must be packed from
+// offset 0 with only alignment padding between them (llama.cpp's layout). Accepted: a last tensor
+// without its trailing padding, and bytes after the last tensor (ignored). String values are not
+// checked for UTF-8 (vocabularies hold arbitrary bytes).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -25,7 +40,7 @@ struct gguf_tensor {
   uint64_t offset = 0;              // relative to the data section
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;
-  const uint8_t* data = nullptr;    // into the mapping (or the caller's buffer for parse())
+  const uint8_t* data = nullptr;  // into the mapping (or the caller's buffer for parse())
 };
 
 struct gguf_limits {
@@ -34,6 +49,8 @@ struct gguf_limits {
   uint32_t max_array_depth = 4;
   uint64_t max_tensors = 1ull << 20;
   uint64_t max_kv = 1ull << 20;
+  // Array items of all metadata values together (each item becomes a gguf_value in memory).
+  uint64_t max_total_array_items = 1ull << 28;
 };
 
 class gguf_file {
@@ -72,6 +89,10 @@ class gguf_file {
  private:
   gguf_file() = default;
   struct mapping;
+  friend class gguf_parser;
+  static result<gguf_file> parse_impl(std::span<const uint8_t> bytes, const gguf_limits& limits,
+                                      std::unique_ptr<mapping> map, const std::string& where);
+  static status parse_into(std::span<const uint8_t> bytes, const gguf_limits& limits, gguf_file& f);
 
   std::unique_ptr<mapping> map_;
   const uint8_t* base_ = nullptr;
@@ -81,6 +102,8 @@ class gguf_file {
   uint64_t data_offset_ = 0;
   std::vector<gguf_kv> kv_;
   std::vector<gguf_tensor> tensors_;
+  std::map<std::string, size_t, std::less<>> kv_index_;      // key -> index in kv_
+  std::map<std::string, size_t, std::less<>> tensor_index_;  // name -> index in tensors_
 };
 
 }  // namespace tandem

@@ -41,7 +41,11 @@ class gguf_writer {
   status write(const std::string& path, const progress_fn& progress = {}) const;
   result<std::vector<uint8_t>> write_to_memory() const;
 
+  class sink;  // where serialized bytes go (a file or memory); defined in gguf_writer.cpp
+
  private:
+  status write_to(sink& s, const progress_fn& progress, const std::string& where) const;
+
   struct tensor_entry {
     std::string name;
     ggml_type type;

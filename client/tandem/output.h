@@ -1,0 +1,28 @@
+// Output helpers shared by the commands: JSON lines for --json, sizes and durations for people,
+// and a plain aligned table.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem::client {
+
+// One compact JSON object and a newline on stdout, flushed (scripts read it as it comes).
+void print_json_line(const nlohmann::json& j);
+
+// 1536 → "1.5 KiB".
+std::string human_bytes(std::uint64_t n);
+
+// 3725 → "1h 2m 5s"; fractions below 10 s keep one decimal.
+std::string human_duration(double seconds);
+
+// Prints rows with each column padded to its widest cell; the first row is the header.
+void print_table(const std::vector<std::vector<std::string>>& rows);
+
+// j[key] as text for a table cell, "-" when absent or null.
+std::string cell(const nlohmann::json& j, const char* key);
+
+}  // namespace tandem::client

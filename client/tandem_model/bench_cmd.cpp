@@ -1,0 +1,204 @@
+// `tandem-model bench --model F.gguf -p 512,2048 -n 128 -r 3 [--json]`. Prefill test ppN: one
+// forward of N tokens from an empty cache. Decode test tgN: N single-token forwards from an empty
+// cache, greedy on the GPU. Decode is set against the device-to-device copy bandwidth (weight bytes
+// per token × t/s), prefill against the cuBLAS fp16 GEMM rate (2·params·N + attention FLOPs).
+#include "bench_cmd.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+#include "model/model_desc.h"
+
+#ifdef TANDEM_HAVE_CUDA_BACKEND
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_ceilings.h"
+#endif
+
+namespace tandem {
+namespace {
+
+struct bench_options {
+  std::string model;
+  std::vector<int> prompt = {512};
+  std::vector<int> gen = {128};
+  int reps = 3;
+  int device = 0;
+  bool json = false;
+  bool no_ceilings = false;
+};
+
+struct sample_stats {
+  double mean = 0, sd = 0;
+};
+
+sample_stats stats_of(const std::vector<double>& v) {
+  sample_stats s;
+  for (double x : v) s.mean += x;
+  s.mean /= double(v.size());
+  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+  s.sd = v.size() > 1 ? std::sqrt(s.sd / double(v.size() - 1)) : 0;
+  return s;
+}
+
+#ifdef TANDEM_HAVE_CUDA_BACKEND
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// One prefill of n random tokens (logits for the last only); returns seconds.
+double run_prefill(cuda_backend_api& be, kv_cache& cache, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  batch b;
+  for (int i = 0; i < n; ++i) b.add(int32_t(rng() % be.n_vocab()), 0, i, i + 1 == n);
+  cache.clear(0);
+  std::vector<int32_t> ids;
+  const auto t0 = clock_type::now();
+  auto s = be.forward_argmax(b, cache, ids);
+  const double dt = seconds_since(t0);
+  if (!s) fail(s.message());
+  return dt;
+}
+
+// n greedy single-token steps from an empty cache; returns seconds.
+double run_decode(cuda_backend_api& be, kv_cache& cache, int n, uint32_t seed) {
+  cache.clear(0);
+  batch b;
+  b.add(int32_t(seed % be.n_vocab()), 0, 0, true);
+  std::vector<int32_t> ids;
+  const auto t0 = clock_type::now();
+  for (int i = 0; i < n; ++i) {
+    auto s = be.forward_argmax(b, cache, ids);
+    if (!s) fail(s.message());
+    b.clear();
+    b.add(ids[0], 0, i + 1, true);
+  }
+  return seconds_since(t0);
+}
+
+void run_bench(const bench_options& o) {
+  auto lm = load_model(o.model);
+  if (!lm) fail(lm.message());
+  const model_desc& d = lm->desc;
+  cuda_backend_options bo;
+  bo.device = o.device;
+  auto be = make_cuda_backend(d, bo);
+  if (!be) fail(be.message());
+  const auto& ls = (*be)->load_stats();
+
+  device_ceilings ceil;
+  if (!o.no_ceilings) {
+    auto c = measure_ceilings(o.device);
+    if (!c) fail(c.message());
+    ceil = *c;
+  }
+  uint64_t file_bytes = 0, params = 0, matrix_params = 0;
+  for (const gguf_tensor* t : {d.token_embd, d.output_norm}) file_bytes += t->n_bytes, params += t->n_elements;
+  if (d.output != d.token_embd) file_bytes += d.output->n_bytes, params += d.output->n_elements;
+  matrix_params += d.output->n_elements;
+  for (const auto& l : d.layers)
+    for (const gguf_tensor* t : {l.attn_norm, l.wq, l.wk, l.wv, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.wo,
+                                 l.ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down}) {
+      if (!t) continue;
+      file_bytes += t->n_bytes, params += t->n_elements;
+      if (t->n_dims == 2) matrix_params += t->n_elements;
+    }
+
+  int max_ctx = 1;
+  for (int p : o.prompt) max_ctx = std::max(max_ctx, p);
+  for (int n : o.gen) max_ctx = std::max(max_ctx, n + 1);
+  kv_cache_config cfg;
+  cfg.n_ctx = uint32_t(max_ctx);
+  auto cache = (*be)->make_cache(cfg);
+  if (!cache) fail(cache.message());
+
+  const std::string name = std::filesystem::path(o.model).filename().string();
+  const auto& hp = d.hp;
+  nlohmann::json results = nlohmann::json::array();
+  std::vector<std::string> lines;
+  char buf[512];
+  auto row = [&](const std::string& test, const std::vector<double>& tps, double frac, const char* frac_of) {
+    const auto st = stats_of(tps);
+    std::snprintf(buf, sizeof buf, "| %-28s | %9.2f GiB | %8.2f B | %-7s | %7s | %10.2f ± %-7.2f | %5.1f%% of %-9s |",
+                  name.substr(0, 28).c_str(), double(file_bytes) / (1ull << 30), double(params) / 1e9, "CUDA",
+                  test.c_str(), st.mean, st.sd, 100 * frac, frac_of);
+    lines.push_back(buf);
+    results.push_back({{"model", name}, {"size_bytes", file_bytes}, {"params", params}, {"backend", "CUDA"},
+                       {"test", test}, {"t_per_s", st.mean}, {"t_per_s_sd", st.sd}, {"samples", tps},
+                       {"ceiling_fraction", frac}, {"ceiling", frac_of}});
+  };
+  for (int p : o.prompt) {
+    run_prefill(**be, **cache, p, 1);  // warm-up: cuBLAS heuristics, buffer growth
+    std::vector<double> tps;
+    for (int r = 0; r < o.reps; ++r) tps.push_back(p / run_prefill(**be, **cache, p, 2 + r));
+    // Causal attention: Q·Kᵀ and P·V over p²/2 pairs per head and layer.
+    const double flops = 2.0 * double(matrix_params) * p +
+                         4.0 * hp.n_layer * double(hp.n_head) * hp.head_dim * double(p) * p / 2;
+    const double rate = flops / (p / stats_of(tps).mean) / 1e12;
+    row("pp" + std::to_string(p), tps, ceil.gemm_tflops > 0 ? rate / ceil.gemm_tflops : 0, "fp16 GEMM");
+  }
+  for (int n : o.gen) {
+    run_decode(**be, **cache, std::min(n, 8), 7);
+    std::vector<double> tps;
+    for (int r = 0; r < o.reps; ++r) tps.push_back(n / run_decode(**be, **cache, n, 11 + r));
+    const double gbps = double((*be)->weight_bytes_per_token()) * stats_of(tps).mean / 1e9;
+    row("tg" + std::to_string(n), tps, ceil.copy_gbps > 0 ? gbps / ceil.copy_gbps : 0, "copy BW");
+  }
+
+  if (o.json) {
+    nlohmann::json j = {{"device", ls.device_name},
+                        {"upload", {{"bytes", ls.bytes}, {"seconds", ls.seconds}, {"gb_per_s", ls.bytes / ls.seconds / 1e9}}},
+                        {"ceilings", {{"copy_gb_per_s", ceil.copy_gbps}, {"gemm_fp16_tflops", ceil.gemm_tflops}}},
+                        {"weight_bytes_per_token", (*be)->weight_bytes_per_token()},
+                        {"results", results}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("device: %s\n", ls.device_name.c_str());
+  std::printf("upload: %.2f GB in %.2f s (%.2f GB/s through pinned staging)\n", ls.bytes / 1e9, ls.seconds,
+              ls.bytes / ls.seconds / 1e9);
+  if (!o.no_ceilings)
+    std::printf("ceilings: copy %.0f GB/s (read+write, %zu MiB buffer), cuBLAS fp16 GEMM %.0f TFLOP/s (%d^3)\n",
+                ceil.copy_gbps, ceil.copy_bytes >> 20, ceil.gemm_tflops, ceil.gemm_size);
+  std::printf("decode reads %.3f GB of weights per token\n\n", (*be)->weight_bytes_per_token() / 1e9);
+  std::printf("| %-28s | %13s | %10s | %-7s | %7s | %20s | %-19s |\n", "model", "size", "params", "backend", "test",
+              "t/s", "of ceiling");
+  std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(15, '-').c_str(),
+              std::string(12, '-').c_str(), std::string(9, '-').c_str(), std::string(9, '-').c_str(),
+              std::string(22, '-').c_str(), std::string(21, '-').c_str());
+  for (const auto& l : lines) std::printf("%s\n", l.c_str());
+}
+
+#else
+
+void run_bench(const bench_options&) { fail("bench needs the CUDA backend; this build has none"); }
+
+#endif
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<bench_options>();
+  auto* cmd = app.add_subcommand("bench", "Prefill and decode throughput on the CUDA backend");
+  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
+  cmd->add_option("-p,--prompt", o->prompt, "Prefill sizes (ppN tests), comma separated")->delimiter(',');
+  cmd->add_option("-n,--gen", o->gen, "Decode lengths (tgN tests), comma separated")->delimiter(',');
+  cmd->add_option("-r,--reps", o->reps, "Timed repetitions per test (after one warm-up)")->check(CLI::PositiveNumber);
+  cmd->add_option("--device", o->device, "CUDA device index");
+  cmd->add_flag("--json", o->json, "Print JSON instead of the table");
+  cmd->add_flag("--no-ceilings", o->no_ceilings, "Skip measuring the copy and GEMM ceilings");
+  cmd->callback([o] { run_bench(*o); });
+}
+
+}  // namespace tandem

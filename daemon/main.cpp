@@ -1,0 +1,30 @@
+// tandemd: parse the configuration and run the server (tandemd(8)).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "config/daemon_config.h"
+#include "log.h"
+#include "registry/engine_model.h"
+#include "server/server.h"
+
+int main(int argc, char** argv) {
+  using namespace tandem::daemon;
+  auto parsed = parse_config(argc, argv);
+  if (parsed.exit_now) {
+    std::fputs(parsed.output.c_str(), parsed.exit_code == 0 ? stdout : stderr);
+    return parsed.exit_code;
+  }
+  auto& cfg = parsed.config;
+  log_level lvl = log_level::info;
+  parse_log_level(cfg.log_level, lvl);
+  set_log_level(lvl);
+  if (!cfg.config_file.empty()) log(log_level::info, "configuration from ", cfg.config_file);
+
+  engine_options eo;
+  eo.threads = cfg.threads;
+  eo.context = cfg.context;
+  eo.chat_format = cfg.chat_format;
+  server s(cfg, std::vector<std::string>(argv, argv + argc), engine_loader(eo));
+  return s.run();
+}

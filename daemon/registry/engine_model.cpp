@@ -1,0 +1,154 @@
+// engine_model: serves one GGUF model with the engine's CPU backend and generation loop.
+#include "registry/engine_model.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "chat/chat_template.h"
+#include "model/model_desc.h"
+#include "runtime/generator.h"
+#include "tokenizer/stream_decoder.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tandem::daemon {
+namespace {
+
+std::string finish_reason(stop_reason r) {
+  switch (r) {
+    case stop_reason::max_tokens: return "length";
+    case stop_reason::stop_token:
+    case stop_reason::stop_string: return "stop";
+    case stop_reason::context_limit: return "context_limit";
+    case stop_reason::cancelled: return "cancelled";
+  }
+  return "stop";
+}
+
+class engine_model final : public served_model {
+ public:
+  engine_model(std::string path, std::unique_ptr<loaded_model> model, tokenizer tok, chat_template tpl,
+               std::unique_ptr<backend> be, std::unique_ptr<kv_cache> cache)
+      : path_(std::move(path)), model_(std::move(model)), tok_(std::move(tok)), tpl_(std::move(tpl)),
+        be_(std::move(be)), cache_(std::move(cache)), stop_tokens_(chat_stop_tokens(tpl_, tok_)) {}
+
+  result<generation_stats> generate(const generation_input& in, const text_sink& on_text) override {
+    auto prompt = encode_prompt(in);
+    if (!prompt) return prompt.err();
+    if (prompt->empty()) return make_error("the prompt encodes to no tokens");
+
+    generate_params gp;
+    gp.sampling.temperature = in.sampling.temperature;
+    gp.sampling.top_k = static_cast<int32_t>(in.sampling.top_k);
+    gp.sampling.top_p = in.sampling.top_p;
+    gp.sampling.min_p = in.sampling.min_p;
+    gp.sampling.repeat_penalty = in.sampling.repeat_penalty;
+    gp.sampling.seed = in.sampling.seed.value_or(next_seed_++);
+    gp.max_tokens = static_cast<int32_t>(in.max_tokens);
+    gp.stop_tokens = stop_tokens_;
+    gp.stop_strings = in.stop;
+
+    auto token_text = [this](int32_t id) { return std::string(tok_.token_bytes(id)); };
+    // Replies are msgpack strings: whatever bytes the model produces, send valid UTF-8 (bytes
+    // that never form a character become U+FFFD).
+    stream_decoder utf8(tok_);
+    std::string text;
+    bool keep_going = true;
+    auto r = tandem::generate(*be_, *cache_, 0, *prompt, gp, token_text, [&](std::string_view t) {
+      auto piece = utf8.push_bytes(t);
+      text += piece;
+      keep_going = on_text(piece);  // also when empty: the sink checks for cancellation
+      return keep_going;
+    });
+    if (!r) return r.err();
+    if (auto tail = utf8.finish(); !tail.empty()) {
+      text += tail;
+      if (keep_going) on_text(tail);
+    }
+    generation_stats s;
+    s.finish_reason = finish_reason(r->reason);
+    s.prompt_tokens = r->n_prompt;
+    s.generated_tokens = r->tokens.size();
+    s.prefill_seconds = r->prefill_seconds;
+    s.decode_seconds = r->decode_seconds;
+    s.text = std::move(text);
+    return s;
+  }
+
+  result<std::vector<int32_t>> tokenize(std::string_view text, bool add_special) const override {
+    encode_options o;
+    o.add_bos = add_special && tok_.wants_bos();
+    return tok_.encode(text, o);
+  }
+
+  result<std::string> detokenize(std::span<const int32_t> ids) const override { return tok_.decode(ids); }
+
+  model_info info() const override {
+    model_info i;
+    i.path = path_;
+    i.arch = model_->desc.arch ? std::string(model_->desc.arch->name) : "";
+    i.backend = std::string(be_->name());
+    i.n_vocab = be_->n_vocab();
+    i.n_ctx = cache_->config().n_ctx;
+    i.file_bytes = model_->file->file_size();
+    i.cache_bytes = cache_->bytes();
+    return i;
+  }
+
+ private:
+  result<std::vector<int32_t>> encode_prompt(const generation_input& in) const {
+    if (in.prompt) {
+      encode_options o;
+      o.add_bos = tok_.wants_bos();
+      return tok_.encode(*in.prompt, o);
+    }
+    std::vector<chat_message> msgs;
+    msgs.reserve(in.messages.size());
+    for (const auto& m : in.messages) msgs.push_back({m.role, m.content});
+    auto text = render_chat(tpl_, msgs);
+    if (!text) return text.err();
+    encode_options o;
+    o.parse_special = true;  // the template's control tokens; user content was not parsed for them
+    return tok_.encode(*text, o);
+  }
+
+  std::string path_;
+  std::unique_ptr<loaded_model> model_;  // at a fixed address: the backend refers to its desc
+  tokenizer tok_;
+  chat_template tpl_;
+  std::unique_ptr<backend> be_;
+  std::unique_ptr<kv_cache> cache_;
+  std::vector<int32_t> stop_tokens_;
+  uint64_t next_seed_ = 0x7a6e64656d;  // unseeded requests still differ from one another
+};
+
+}  // namespace
+
+result<std::unique_ptr<served_model>> load_engine_model(const std::string& path, const engine_options& opt) {
+  auto loaded = load_model(path);
+  if (!loaded) return loaded.err();
+  auto model = std::make_unique<loaded_model>(std::move(*loaded));
+  auto tok = tokenizer::from_gguf(*model->file);
+  if (!tok) return make_error(path, ": tokenizer: ", tok.message());
+  auto tpl = chat_template_for(*tok, opt.chat_format);
+  if (!tpl) return make_error(path, ": chat template: ", tpl.message());
+  cpu_backend_options bo;
+  bo.n_threads = opt.threads;
+  auto be = make_cpu_backend(model->desc, bo);
+  if (!be) return make_error(path, ": backend: ", be.message());
+  kv_cache_config kc;
+  kc.n_ctx = opt.context;
+  if (model->desc.hp.n_ctx_train > 0) kc.n_ctx = std::min(kc.n_ctx, model->desc.hp.n_ctx_train);
+  kc.n_seq_max = 1;
+  auto cache = (*be)->make_cache(kc);
+  if (!cache) return make_error(path, ": KV cache: ", cache.message());
+  return std::unique_ptr<served_model>(std::make_unique<engine_model>(
+      path, std::move(model), std::move(*tok), std::move(*tpl), std::move(*be), std::move(*cache)));
+}
+
+model_loader engine_loader(engine_options opt) {
+  return [opt](const std::string& path) { return load_engine_model(path, opt); };
+}
+
+}  // namespace tandem::daemon

@@ -1,0 +1,23 @@
+// The adapter from served_model to the engine runtime: GGUF file, tokenizer, chat template,
+// backend and KV cache of one loaded model.
+#pragma once
+
+#include <string>
+
+#include "registry/served_model.h"
+
+namespace tandem::daemon {
+
+struct engine_options {
+  unsigned threads = 0;             // CPU backend threads; 0: all cores
+  std::uint32_t context = 4096;     // KV cache tokens per sequence (capped by the model's own)
+  std::string chat_format;          // empty: from the model's template
+};
+
+// Loads `path` and everything needed to serve it. Errors name the step that failed.
+result<std::unique_ptr<served_model>> load_engine_model(const std::string& path, const engine_options& opt);
+
+// A loader bound to fixed options, for the registry.
+model_loader engine_loader(engine_options opt);
+
+}  // namespace tandem::daemon

@@ -1,0 +1,102 @@
+// model_instance: the worker loop and its queue.
+#include "registry/model_instance.h"
+
+namespace tandem::daemon {
+
+model_instance::model_instance(std::unique_ptr<served_model> model, std::size_t max_queue)
+    : model_(std::move(model)), info_(model_->info()), max_queue_(max_queue) {
+  worker_ = std::thread([this] { work(); });
+}
+
+model_instance::~model_instance() {
+  close();
+  join();
+}
+
+model_instance::push_result model_instance::push(model_job job) {
+  {
+    std::lock_guard lk(mu_);
+    if (closed_) return push_result::closed;
+    if (queue_.size() >= max_queue_) return push_result::full;
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+  return push_result::ok;
+}
+
+void model_instance::adopt(std::deque<model_job> jobs) {
+  {
+    std::lock_guard lk(mu_);
+    for (auto& j : jobs) queue_.push_back(std::move(j));
+  }
+  cv_.notify_one();
+}
+
+std::deque<model_job> model_instance::close_and_take_queued() {
+  std::deque<model_job> out;
+  {
+    std::lock_guard lk(mu_);
+    closed_ = true;
+    out.swap(queue_);
+  }
+  cv_.notify_one();
+  return out;
+}
+
+void model_instance::close() {
+  {
+    std::lock_guard lk(mu_);
+    closed_ = true;
+  }
+  cv_.notify_one();
+}
+
+void model_instance::join() {
+  if (worker_.joinable() && worker_.get_id() != std::this_thread::get_id()) worker_.join();
+}
+
+std::size_t model_instance::queued() const {
+  std::lock_guard lk(mu_);
+  return queue_.size();
+}
+
+bool model_instance::running() const {
+  std::lock_guard lk(mu_);
+  return running_;
+}
+
+std::uint64_t model_instance::completed() const {
+  std::lock_guard lk(mu_);
+  return completed_;
+}
+
+bool model_instance::idle_for(clock::duration d, clock::time_point now) const {
+  std::lock_guard lk(mu_);
+  return !running_ && queue_.empty() && now - last_used_ >= d;
+}
+
+void model_instance::work() {
+  for (;;) {
+    model_job job;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return closed_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // closed and drained
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = true;
+    }
+    // run() itself answers a job cancelled while queued; an exception must not kill the worker.
+    try {
+      if (job.run) job.run(*model_);
+    } catch (const std::exception& e) {
+      if (job.fail) job.fail({proto::error_code::internal, std::string("worker: ") + e.what()});
+    }
+    std::lock_guard lk(mu_);
+    running_ = false;
+    ++completed_;
+    last_used_ = clock::now();
+  }
+}
+
+}  // namespace tandem::daemon

@@ -1,0 +1,64 @@
+// model_instance: one loaded model with its own worker thread and bounded job queue. The engine
+// only ever runs here, never on the I/O thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "registry/model_job.h"
+#include "registry/served_model.h"
+
+namespace tandem::daemon {
+
+class model_instance {
+ public:
+  using clock = std::chrono::steady_clock;
+  enum class push_result { ok, full, closed };
+
+  model_instance(std::unique_ptr<served_model> model, std::size_t max_queue);
+  ~model_instance();
+  model_instance(const model_instance&) = delete;
+  model_instance& operator=(const model_instance&) = delete;
+
+  // Queues a job unless the queue is full or the instance no longer accepts work.
+  push_result push(model_job job);
+  // Takes jobs another instance had accepted (hot swap): the cap does not apply to them.
+  void adopt(std::deque<model_job> jobs);
+  // Stops accepting; returns the jobs that had not started, for a swap to hand over.
+  std::deque<model_job> close_and_take_queued();
+  // Stops accepting; queued jobs still run (unload drains).
+  void close();
+  // Waits until the worker has finished every job; call after close.
+  void join();
+
+  std::size_t queued() const;
+  bool running() const;
+  bool idle_for(clock::duration d, clock::time_point now) const;
+  const model_info& info() const { return info_; }
+  served_model& model() { return *model_; }
+  const served_model& model() const { return *model_; }
+  std::uint64_t completed() const;
+
+ private:
+  void work();
+
+  std::unique_ptr<served_model> model_;
+  model_info info_;
+  std::size_t max_queue_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<model_job> queue_;
+  bool closed_ = false;
+  bool running_ = false;
+  std::uint64_t completed_ = 0;
+  clock::time_point last_used_ = clock::now();
+  std::thread worker_;
+};
+
+}  // namespace tandem::daemon

@@ -1,0 +1,279 @@
+// model_registry: alias bookkeeping, hot swap and idle unload.
+#include "registry/model_registry.h"
+
+namespace tandem::daemon {
+
+using proto::error_code;
+using proto::wire_error;
+
+model_registry::model_registry(model_loader loader, registry_options opt, admin_executor admin)
+    : loader_(std::move(loader)), opt_(opt), admin_(std::move(admin)) {}
+
+model_registry::~model_registry() {
+  close_all();
+  join_all();
+}
+
+model_registry::state model_registry::state_of(const entry& e) {
+  if (e.current) return state::resident;
+  return e.admin_busy ? state::loading : state::unloaded;
+}
+
+std::string model_registry::resolve(const std::string& alias) const { return alias.empty() ? default_ : alias; }
+
+std::string model_registry::default_alias() const {
+  std::lock_guard lk(mu_);
+  return default_;
+}
+
+std::size_t model_registry::size() const {
+  std::lock_guard lk(mu_);
+  return entries_.size();
+}
+
+void model_registry::fail_all(std::deque<model_job>& jobs, const wire_error& e) {
+  for (auto& j : jobs)
+    if (j.fail) j.fail(e);
+  jobs.clear();
+}
+
+model_registry::admin_error model_registry::load(const std::string& alias, const std::string& path,
+                                                 std::optional<double> keep_alive_s, model_info& out) {
+  {
+    std::lock_guard lk(mu_);
+    if (closed_) return wire_error{error_code::shutting_down, "tandemd is shutting down"};
+    auto it = entries_.find(alias);
+    if (it != entries_.end() && state_of(it->second) != state::unloaded)
+      return wire_error{error_code::exists, "model '" + alias + "' is already loaded; use swap to replace it"};
+    auto& e = entries_[alias];
+    e.path = path;
+    e.keep_alive_s = keep_alive_s.value_or(opt_.keep_alive_s);
+    e.admin_busy = true;
+    if (default_.empty()) default_ = alias;
+  }
+  return finish_load(alias, loader_(path), &out);
+}
+
+model_registry::admin_error model_registry::swap(const std::string& alias, const std::string& path,
+                                                 model_info& out) {
+  {
+    std::lock_guard lk(mu_);
+    if (closed_) return wire_error{error_code::shutting_down, "tandemd is shutting down"};
+    auto it = entries_.find(alias);
+    if (it == entries_.end()) return wire_error{error_code::not_found, "no model named '" + alias + "'"};
+    if (it->second.admin_busy)
+      return wire_error{error_code::busy, "a load or swap of '" + alias + "' is already in progress"};
+    it->second.admin_busy = true;
+  }
+  // The old model keeps serving while the new one loads beside it.
+  auto loaded = loader_(path);
+  if (loaded) {
+    std::lock_guard lk(mu_);
+    if (auto it = entries_.find(alias); it != entries_.end()) it->second.path = path;
+  }
+  return finish_load(alias, std::move(loaded), &out);
+}
+
+model_registry::admin_error model_registry::finish_load(const std::string& alias,
+                                                        result<std::unique_ptr<served_model>> m,
+                                                        model_info* out) {
+  std::shared_ptr<model_instance> inst;
+  if (m) inst = std::make_shared<model_instance>(std::move(*m), opt_.max_queue);
+  std::deque<model_job> to_fail;
+  admin_error err;
+  {
+    std::lock_guard lk(mu_);
+    auto it = entries_.find(alias);
+    if (it == entries_.end() || closed_) {  // unloaded or shut down while loading
+      err = wire_error{closed_ ? error_code::shutting_down : error_code::not_found,
+                       "model '" + alias + "' went away while loading"};
+      if (inst) inst->close();
+    } else if (!inst) {
+      auto& e = it->second;
+      e.admin_busy = false;
+      err = wire_error{error_code::load_failed, m.message()};
+      if (!e.current) {
+        to_fail.swap(e.parked);
+        if (e.loaded_at == model_instance::clock::time_point{}) {  // never served: forget it
+          entries_.erase(it);
+          if (default_ == alias) default_ = entries_.empty() ? "" : entries_.begin()->first;
+        }
+      }
+    } else {
+      auto& e = it->second;
+      e.admin_busy = false;
+      auto old = std::move(e.current);
+      e.current = inst;
+      e.loaded_at = model_instance::clock::now();
+      if (old) {
+        // Atomic repoint: from here on, new submissions see the new model. Jobs that had not
+        // started move with the alias; the running one finishes on the old model.
+        inst->adopt(old->close_and_take_queued());
+        retired_.push_back(std::move(old));
+        ++e.swaps;
+      }
+      inst->adopt(std::move(e.parked));
+      e.parked.clear();
+      if (out) *out = inst->info();
+    }
+  }
+  fail_all(to_fail, err ? *err : wire_error{error_code::load_failed, "load failed"});
+  if (err && inst) inst->join();
+  return err;
+}
+
+model_registry::admin_error model_registry::unload(const std::string& alias) {
+  std::deque<model_job> parked;
+  {
+    std::lock_guard lk(mu_);
+    auto it = entries_.find(alias);
+    if (it == entries_.end()) return wire_error{error_code::not_found, "no model named '" + alias + "'"};
+    if (it->second.admin_busy)
+      return wire_error{error_code::busy, "a load or swap of '" + alias + "' is in progress"};
+    if (auto& cur = it->second.current) {
+      cur->close();  // accepted jobs still run; sweep() joins it once drained
+      retired_.push_back(std::move(cur));
+    }
+    parked.swap(it->second.parked);
+    entries_.erase(it);
+    if (default_ == alias) default_ = entries_.empty() ? "" : entries_.begin()->first;
+  }
+  fail_all(parked, {error_code::not_found, "model '" + alias + "' was unloaded"});
+  return std::nullopt;
+}
+
+std::optional<wire_error> model_registry::submit(const std::string& alias_in, model_job job) {
+  std::lock_guard lk(mu_);
+  if (closed_) return wire_error{error_code::shutting_down, "tandemd is shutting down"};
+  const auto alias = resolve(alias_in);
+  if (alias.empty()) return wire_error{error_code::not_found, "no model is loaded"};
+  auto it = entries_.find(alias);
+  if (it == entries_.end()) return wire_error{error_code::not_found, "no model named '" + alias + "'"};
+  auto& e = it->second;
+  if (!e.current) {
+    // Loading (first load, or a reload after idle unload): park, bounded like a queue.
+    if (e.parked.size() >= opt_.max_queue)
+      return wire_error{error_code::busy, "model '" + alias + "' is loading and its queue is full"};
+    e.parked.push_back(std::move(job));
+    if (!e.admin_busy) start_reload(alias, e);
+    return std::nullopt;
+  }
+  switch (e.current->push(std::move(job))) {
+    case model_instance::push_result::ok: return std::nullopt;
+    case model_instance::push_result::full:
+      return wire_error{error_code::busy, "model '" + alias + "' has " + std::to_string(opt_.max_queue) +
+                                              " requests waiting; try again later"};
+    case model_instance::push_result::closed: break;
+  }
+  return wire_error{error_code::internal, "model '" + alias + "' refused the request"};
+}
+
+void model_registry::start_reload(const std::string& alias, entry& e) {
+  e.admin_busy = true;
+  admin_([this, alias, path = e.path] { (void)finish_load(alias, loader_(path), nullptr); });
+}
+
+result<std::shared_ptr<model_instance>> model_registry::resident(const std::string& alias_in) const {
+  std::lock_guard lk(mu_);
+  const auto alias = resolve(alias_in);
+  auto it = entries_.find(alias);
+  if (alias.empty() || it == entries_.end()) return make_error("no model named '", alias, "'");
+  if (!it->second.current) return make_error("model '", alias, "' is not loaded right now");
+  return it->second.current;
+}
+
+void model_registry::sweep(model_instance::clock::time_point now) {
+  std::vector<std::shared_ptr<model_instance>> done;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [alias, e] : entries_) {
+      if (!e.current || e.admin_busy || e.keep_alive_s <= 0) continue;
+      const auto keep = std::chrono::duration_cast<model_instance::clock::duration>(
+          std::chrono::duration<double>(e.keep_alive_s));
+      if (!e.current->idle_for(keep, now)) continue;
+      e.current->close();
+      retired_.push_back(std::move(e.current));  // the entry stays: a request reloads it
+    }
+    for (auto it = retired_.begin(); it != retired_.end();) {
+      if ((*it)->queued() == 0 && !(*it)->running()) {
+        done.push_back(std::move(*it));
+        it = retired_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& d : done) d->join();  // closed and empty: the worker is exiting
+}
+
+void model_registry::close_all() {
+  std::deque<model_job> parked;
+  {
+    std::lock_guard lk(mu_);
+    closed_ = true;
+    for (auto& [alias, e] : entries_) {
+      for (auto& j : e.parked) parked.push_back(std::move(j));
+      e.parked.clear();
+      if (e.current) {
+        e.current->close();
+        retired_.push_back(std::move(e.current));
+      }
+    }
+  }
+  fail_all(parked, {error_code::shutting_down, "tandemd is shutting down"});
+}
+
+bool model_registry::drained() const {
+  std::lock_guard lk(mu_);
+  for (const auto& r : retired_)
+    if (r->queued() > 0 || r->running()) return false;
+  for (const auto& [alias, e] : entries_)
+    if (e.current && (e.current->queued() > 0 || e.current->running())) return false;
+  return true;
+}
+
+void model_registry::join_all() {
+  std::vector<std::shared_ptr<model_instance>> all;
+  {
+    std::lock_guard lk(mu_);
+    all.swap(retired_);
+  }
+  for (auto& r : all) r->join();
+}
+
+bool model_registry::healthy() const {
+  std::lock_guard lk(mu_);
+  for (const auto& [alias, e] : entries_)
+    if (e.current && !e.current->model().healthy()) return false;
+  return true;
+}
+
+nlohmann::json model_registry::describe() const {
+  std::lock_guard lk(mu_);
+  auto list = nlohmann::json::array();
+  for (const auto& [alias, e] : entries_) {
+    nlohmann::json m = {{"name", alias}, {"path", e.path}, {"default", alias == default_},
+                        {"keep_alive", e.keep_alive_s}, {"swaps", e.swaps}};
+    switch (state_of(e)) {
+      case state::loading: m["state"] = "loading"; break;
+      case state::resident: m["state"] = "resident"; break;
+      case state::unloaded: m["state"] = "unloaded"; break;
+    }
+    m["queued"] = e.parked.size() + (e.current ? e.current->queued() : 0);
+    m["running"] = e.current && e.current->running();
+    if (e.current) {
+      const auto& i = e.current->info();
+      m["arch"] = i.arch;
+      m["backend"] = i.backend;
+      m["n_vocab"] = i.n_vocab;
+      m["n_ctx"] = i.n_ctx;
+      m["file_bytes"] = i.file_bytes;
+      m["cache_bytes"] = i.cache_bytes;
+      m["completed"] = e.current->completed();
+    }
+    list.push_back(std::move(m));
+  }
+  return list;
+}
+
+}  // namespace tandem::daemon

@@ -1,0 +1,70 @@
+// served_model: what the registry and the server need from a loaded model. The engine adapter
+// (engine_model.h) is the only production implementation; unit tests of the registry's swap
+// logic use a test double.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+#include "protocol/request.h"
+
+namespace tandem::daemon {
+
+// One generation, independent of the wire format.
+struct generation_input {
+  std::optional<std::string> prompt;           // raw text, tokenized as is
+  std::vector<proto::chat_message> messages;   // used when prompt is absent: chat template
+  proto::sampling_params sampling;
+  std::uint32_t max_tokens = 256;
+  std::vector<std::string> stop;
+};
+
+struct generation_stats {
+  std::string finish_reason;  // stop, length, context_limit, cancelled
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t generated_tokens = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  std::string text;  // the whole generated text
+};
+
+struct model_info {
+  std::string path;
+  std::string arch;
+  std::string backend;
+  std::uint64_t n_vocab = 0;
+  std::uint64_t n_ctx = 0;
+  std::uint64_t file_bytes = 0;   // mapped weights
+  std::uint64_t cache_bytes = 0;  // KV cache storage
+};
+
+// Receives text as it is produced; returning false cancels the generation.
+using text_sink = std::function<bool(std::string_view)>;
+
+class served_model {
+ public:
+  virtual ~served_model() = default;
+
+  // Runs one generation to completion (or cancellation). Called from one worker thread at a time.
+  virtual result<generation_stats> generate(const generation_input& in, const text_sink& on_text) = 0;
+
+  // Thread safe; may run beside generate.
+  virtual result<std::vector<std::int32_t>> tokenize(std::string_view text, bool add_special) const = 0;
+  virtual result<std::string> detokenize(std::span<const std::int32_t> ids) const = 0;
+
+  virtual model_info info() const = 0;
+  // Engine health for the systemd watchdog.
+  virtual bool healthy() const { return true; }
+};
+
+// Loads a model file; the registry calls it on an admin thread.
+using model_loader = std::function<result<std::unique_ptr<served_model>>(const std::string& path)>;
+
+}  // namespace tandem::daemon

@@ -1,0 +1,198 @@
+// request_handler: one function per op family; every path ends in exactly one final reply.
+#include "server/request_handler.h"
+
+#include <unistd.h>
+
+#include <fstream>
+
+#include "log.h"
+#include "protocol/reply.h"
+#include "server/connection.h"
+#include "server/connection_manager.h"
+
+namespace tandem::daemon {
+
+using proto::error_code;
+using proto::wire_error;
+using json = nlohmann::json;
+
+namespace {
+
+json stats_json(const generation_stats& s, const std::string& model, bool with_text) {
+  auto rate = [](std::uint64_t n, double secs) { return secs > 0 ? static_cast<double>(n) / secs : 0.0; };
+  json r = {{"model", model},
+            {"finish_reason", s.finish_reason},
+            {"prompt_tokens", s.prompt_tokens},
+            {"generated_tokens", s.generated_tokens},
+            {"prefill_seconds", s.prefill_seconds},
+            {"decode_seconds", s.decode_seconds},
+            {"prefill_tok_s", rate(s.prompt_tokens, s.prefill_seconds)},
+            // The first token comes out of prefill; the rate counts the decode passes after it.
+            {"decode_tok_s", rate(s.generated_tokens > 0 ? s.generated_tokens - 1 : 0, s.decode_seconds)}};
+  if (with_text) r["text"] = s.text;
+  return r;
+}
+
+json info_json(const model_info& i) {
+  return {{"path", i.path}, {"arch", i.arch}, {"backend", i.backend}, {"n_vocab", i.n_vocab},
+          {"n_ctx", i.n_ctx}, {"file_bytes", i.file_bytes}, {"cache_bytes", i.cache_bytes}};
+}
+
+std::uint64_t resident_bytes() {
+  std::ifstream f("/proc/self/statm");
+  std::uint64_t size = 0, rss = 0;
+  f >> size >> rss;
+  return rss * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+void request_handler::handle(const std::shared_ptr<connection>& c, proto::request req) {
+  const auto id = req.id;
+  log(log_level::debug, "request ", id, ": ", proto::op_name(req.body));
+  std::visit(
+      [&](auto& body) {
+        using T = std::decay_t<decltype(body)>;
+        if constexpr (std::is_same_v<T, proto::hello_request>) {
+          c->send(proto::result_frame(id, {{"server", "tandemd"}, {"version", TANDEM_VERSION},
+                                           {"protocol", proto::protocol_version}, {"max_frame", ctx_.max_frame}}));
+        } else if constexpr (std::is_same_v<T, proto::status_request>) {
+          c->send(proto::result_frame(id, status_json()));
+        } else if constexpr (std::is_same_v<T, proto::models_request>) {
+          c->send(proto::result_frame(id, {{"models", ctx_.registry.describe()}}));
+        } else if constexpr (std::is_same_v<T, proto::cancel_request>) {
+          c->send(proto::result_frame(id, {{"cancelled", c->cancel_request(body.target)}}));
+        } else if (draining_) {
+          c->send(proto::error_frame(id, {error_code::shutting_down, "tandemd is shutting down"}));
+        } else if constexpr (std::is_same_v<T, proto::generate_request>) {
+          generate(c, id, std::move(body));
+        } else if constexpr (std::is_same_v<T, proto::tokenize_request>) {
+          tokenize(c, id, body);
+        } else if constexpr (std::is_same_v<T, proto::detokenize_request>) {
+          detokenize(c, id, std::move(body));
+        } else {
+          admin(c, id, req.body);
+        }
+      },
+      req.body);
+}
+
+bool request_handler::track(const std::shared_ptr<connection>& c, proto::request_id id) {
+  if (c->begin_request(id)) return true;
+  c->send(proto::error_frame(id, {error_code::duplicate_id, "request id " + std::to_string(id) + " is already in flight"}));
+  return false;
+}
+
+void request_handler::generate(const std::shared_ptr<connection>& c, proto::request_id id, proto::generate_request g) {
+  auto cancelled = c->begin_request(id);
+  if (!cancelled) {
+    c->send(proto::error_frame(id, {error_code::duplicate_id, "request id " + std::to_string(id) + " is already in flight"}));
+    return;
+  }
+  const std::string model = g.model.empty() ? ctx_.registry.default_alias() : g.model;
+  model_job job;
+  job.cancelled = cancelled;
+  job.run = [c, id, g = std::move(g), cancelled, model](served_model& m) {
+    if (cancelled->load()) {
+      generation_stats s;
+      s.finish_reason = "cancelled";
+      c->post_final(id, proto::result_frame(id, stats_json(s, model, !g.stream)));
+      return;
+    }
+    generation_input in{g.prompt, g.messages, g.sampling, g.max_tokens, g.stop};
+    auto r = m.generate(in, [&](std::string_view text) {
+      if (g.stream && !text.empty()) c->post_send(proto::chunk_frame(id, std::string(text)));
+      return !cancelled->load();
+    });
+    if (!r) {
+      c->post_final(id, proto::error_frame(id, {error_code::engine_error, r.message()}));
+      return;
+    }
+    c->post_final(id, proto::result_frame(id, stats_json(*r, model, !g.stream)));
+  };
+  job.fail = [c, id](const wire_error& e) { c->post_final(id, proto::error_frame(id, e)); };
+  if (auto err = ctx_.registry.submit(model, std::move(job))) {
+    c->send(proto::error_frame(id, *err));
+    c->end_request(id);
+  }
+}
+
+void request_handler::tokenize(const std::shared_ptr<connection>& c, proto::request_id id,
+                               const proto::tokenize_request& t) {
+  auto inst = ctx_.registry.resident(t.model);
+  if (!track(c, id)) return;
+  if (!inst) {
+    c->send(proto::error_frame(id, {error_code::not_found, inst.message()}));
+    c->end_request(id);
+    return;
+  }
+  boost::asio::post(ctx_.aux, [c, id, inst = *inst, text = t.text, add = t.add_special] {
+    auto r = inst->model().tokenize(text, add);
+    c->post_final(id, r ? proto::result_frame(id, {{"tokens", *r}, {"count", r->size()}})
+                   : proto::error_frame(id, {error_code::bad_request, r.message()}));
+  });
+}
+
+void request_handler::detokenize(const std::shared_ptr<connection>& c, proto::request_id id,
+                                 proto::detokenize_request d) {
+  auto inst = ctx_.registry.resident(d.model);
+  if (!track(c, id)) return;
+  if (!inst) {
+    c->send(proto::error_frame(id, {error_code::not_found, inst.message()}));
+    c->end_request(id);
+    return;
+  }
+  boost::asio::post(ctx_.aux, [c, id, inst = *inst, toks = std::move(d.tokens)] {
+    auto r = inst->model().detokenize(toks);
+    c->post_final(id, r ? proto::result_frame(id, {{"text", *r}})
+                   : proto::error_frame(id, {error_code::bad_request, r.message()}));
+  });
+}
+
+void request_handler::admin(const std::shared_ptr<connection>& c, proto::request_id id, proto::request_body body) {
+  if (!track(c, id)) return;
+  boost::asio::post(ctx_.admin, [this, c, id, body = std::move(body)] {
+    model_info info;
+    std::optional<wire_error> err;
+    json result;
+    if (const auto* l = std::get_if<proto::load_request>(&body)) {
+      log(log_level::info, "loading '", l->name, "' from ", l->path);
+      err = ctx_.registry.load(l->name, l->path, l->keep_alive_s, info);
+      result = {{"name", l->name}, {"model", info_json(info)}};
+    } else if (const auto* s = std::get_if<proto::swap_request>(&body)) {
+      log(log_level::info, "swapping '", s->name, "' to ", s->path);
+      err = ctx_.registry.swap(s->name, s->path, info);
+      result = {{"name", s->name}, {"model", info_json(info)}};
+    } else if (const auto* u = std::get_if<proto::unload_request>(&body)) {
+      log(log_level::info, "unloading '", u->name, "'");
+      err = ctx_.registry.unload(u->name);
+      result = {{"name", u->name}};
+    } else {
+      err = wire_error{error_code::internal, "not an admin op"};
+    }
+    if (err) log(log_level::warning, proto::op_name(body), " failed: ", err->message);
+    c->post_final(id, err ? proto::error_frame(id, *err) : proto::result_frame(id, result));
+  });
+}
+
+json request_handler::status_json() const {
+  const auto up = std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx_.started).count();
+  auto models = ctx_.registry.describe();
+  std::uint64_t model_bytes = 0, queued = 0;
+  for (const auto& m : models) {
+    model_bytes += m.value("file_bytes", std::uint64_t{0}) + m.value("cache_bytes", std::uint64_t{0});
+    queued += m.value("queued", std::uint64_t{0});
+  }
+  return {{"version", TANDEM_VERSION},
+          {"protocol", proto::protocol_version},
+          {"pid", getpid()},
+          {"uptime_seconds", up},
+          {"draining", draining_.load()},
+          {"connections", ctx_.connections.size()},
+          {"in_flight", ctx_.connections.in_flight()},
+          {"queued", queued},
+          {"memory", {{"rss_bytes", resident_bytes()}, {"model_bytes", model_bytes}}},
+          {"models", models}};
+}
+
+}  // namespace tandem::daemon

@@ -1,0 +1,228 @@
+// server: startup (socket, preload, READY), the accept loop, signals, the 1 s housekeeping tick
+// (idle unload, watchdog, load-time extensions) and the graceful drain on SIGTERM.
+#include "server/server.h"
+
+#include <unistd.h>
+
+#include <csignal>
+
+#include "log.h"
+#include "protocol/reply.h"
+#include "server/connection.h"
+#include "server/listen_socket.h"
+#include "systemd/sd_glue.h"
+
+namespace tandem::daemon {
+
+namespace {
+constexpr auto tick_period = std::chrono::milliseconds(200);
+constexpr auto extend_every = std::chrono::seconds(10);
+constexpr const char* extend_msg = "EXTEND_TIMEOUT_USEC=30000000";  // a load may take a while
+constexpr auto cancel_grace = std::chrono::seconds(10);
+}  // namespace
+
+server::server(daemon_config cfg, std::vector<std::string> argv, model_loader loader)
+    : cfg_(std::move(cfg)), argv_(std::move(argv)),
+      registry_(std::move(loader), registry_options{cfg_.queue_depth, cfg_.keep_alive},
+                [this](std::function<void()> f) { asio::post(admin_, std::move(f)); }),
+      handler_(handler_context{registry_, connections_, admin_, aux_, cfg_.max_frame, started_}),
+      acceptor_(io_), signals_(io_, SIGTERM, SIGINT, SIGHUP), ticker_(io_) {}
+
+int server::run() {
+  // The socket first: clients may connect while models load (their requests wait).
+  std::string act_error;
+  gid_t socket_gid = getegid();
+  if (!cfg_.socket_group.empty()) {
+    auto g = resolve_group(cfg_.socket_group);
+    if (!g) {
+      log(log_level::error, "socket group: ", g.message());
+      return 1;
+    }
+    socket_gid = *g;
+  }
+  if (auto fd = sd_activated_socket(act_error)) {
+    acceptor_.assign(asio::local::stream_protocol(), *fd);
+    log(log_level::info, "using the socket passed by systemd");
+  } else if (!act_error.empty()) {
+    log(log_level::error, act_error);
+    return 1;
+  } else {
+    auto mode = parse_mode(cfg_.socket_mode);
+    if (!mode) {
+      log(log_level::error, mode.message());
+      return 1;
+    }
+    auto ls = bind_listen_socket({cfg_.socket_path, cfg_.socket_group, *mode});
+    if (!ls) {
+      log(log_level::error, ls.message());
+      return 1;
+    }
+    acceptor_.assign(asio::local::stream_protocol(), ls->fd);
+    socket_path_ = ls->path;
+    log(log_level::info, "listening on ", ls->path);
+  }
+  auto policy = peer_policy::from_names(cfg_.allow_users, cfg_.allow_groups, socket_gid);
+  if (!policy) {
+    log(log_level::error, "allowed peers: ", policy.message());
+    return 1;
+  }
+  policy_ = std::move(*policy);
+
+  watchdog_ = sd_watchdog_interval();
+  asio::co_spawn(io_, accept_loop(), asio::detached);
+  wait_signal();
+  ticker_.expires_after(tick_period);
+  ticker_.async_wait([this](auto ec) { if (!ec) tick(); });
+  asio::post(admin_, [this] { preload(); });
+
+  io_.run();
+
+  admin_.join();
+  aux_.join();
+  registry_.join_all();
+  if (!socket_path_.empty()) unlink(socket_path_.c_str());
+  log(log_level::info, "stopped");
+  return 0;
+}
+
+asio::awaitable<void> server::accept_loop() {
+  for (;;) {
+    boost::system::error_code ec;
+    auto sock = co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
+      log(log_level::warning, "accept: ", ec.message());
+      continue;
+    }
+    std::string who;
+    if (!policy_->allows(sock.native_handle(), who)) {
+      // Refused before any of its bytes are read; one error frame says why.
+      log(log_level::notice, "refused ", who);
+      const auto f = proto::error_frame(std::nullopt, {proto::error_code::forbidden, "not allowed: " + who});
+      asio::write(sock, asio::buffer(f), ec);
+      sock.close(ec);
+      continue;
+    }
+    connections_.start(std::make_shared<connection>(std::move(sock), connections_, handler_, cfg_.max_frame));
+  }
+}
+
+void server::wait_signal() {
+  signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    on_signal(sig);
+    if (!shutting_down_) wait_signal();
+  });
+}
+
+void server::on_signal(int sig) {
+  if (sig == SIGHUP) {
+    log(log_level::info, "SIGHUP: reloading the configuration");
+    sd_send("RELOADING=1");
+    asio::post(admin_, [this] { reload_config(); });
+    return;
+  }
+  begin_shutdown();
+}
+
+void server::preload() {
+  for (const auto& m : cfg_.models) {
+    sd_send("STATUS=loading " + m.alias + " from " + m.path);
+    log(log_level::info, "loading '", m.alias, "' from ", m.path);
+    model_info info;
+    if (auto err = registry_.load(m.alias, m.path, std::nullopt, info))
+      log(log_level::error, "preloading '", m.alias, "' failed: ", err->message);
+    else
+      log(log_level::info, "'", m.alias, "' is resident (", info.arch, ", ", info.file_bytes, " bytes)");
+  }
+  asio::post(io_, [this] {
+    preloading_ = false;
+    if (shutting_down_) return;
+    const auto n = registry_.size();
+    sd_send("READY=1\nSTATUS=serving " + std::to_string(n) + " model(s)");
+    log(log_level::info, "ready: ", n, " model(s)");
+  });
+}
+
+void server::reload_config() {
+  auto parsed = reparse_config(argv_);
+  if (parsed.exit_now) {
+    log(log_level::error, "SIGHUP: keeping the old configuration: ", parsed.output);
+    sd_send("READY=1");
+    return;
+  }
+  auto& c = parsed.config;
+  log_level lvl;
+  if (parse_log_level(c.log_level, lvl)) set_log_level(lvl);
+  // Models: load new aliases, swap changed paths; aliases loaded at runtime are left alone.
+  const auto current = registry_.describe();
+  for (const auto& m : c.models) {
+    const nlohmann::json* found = nullptr;
+    for (const auto& e : current)
+      if (e["name"] == m.alias) found = &e;
+    model_info info;
+    std::optional<proto::wire_error> err;
+    if (!found) err = registry_.load(m.alias, m.path, std::nullopt, info);
+    else if ((*found)["path"] != m.path) err = registry_.swap(m.alias, m.path, info);
+    if (err) log(log_level::error, "SIGHUP: '", m.alias, "': ", err->message);
+  }
+  auto policy = peer_policy::from_names(c.allow_users, c.allow_groups,
+                                        c.socket_group.empty() ? getegid() : resolve_group(c.socket_group).value());
+  asio::post(io_, [this, c, p = std::move(policy)]() mutable {
+    if (p) policy_ = std::move(*p);
+    else log(log_level::error, "SIGHUP: allowed peers unchanged: ", p.message());
+    cfg_.allow_users = c.allow_users;
+    cfg_.allow_groups = c.allow_groups;
+    sd_send("READY=1\nSTATUS=serving " + std::to_string(registry_.size()) + " model(s)");
+    log(log_level::info, "configuration reloaded");
+  });
+}
+
+void server::tick() {
+  const auto now = clock::now();
+  if (preloading_ && now - last_extend_ >= extend_every) {
+    sd_send(extend_msg);
+    last_extend_ = now;
+  }
+  // Idle unload and joining retired models block briefly: keep them off the I/O thread.
+  if (!shutting_down_) asio::post(admin_, [this] { registry_.sweep(); });
+  // The ping means: the I/O loop turns (we are here) and every resident model reports healthy.
+  if (watchdog_ && now - last_watchdog_ >= *watchdog_ / 2) {
+    if (registry_.healthy()) sd_send("WATCHDOG=1");
+    else log(log_level::error, "a model reports unhealthy; withholding the watchdog ping");
+    last_watchdog_ = now;
+  }
+  if (shutting_down_) {
+    const bool idle = registry_.drained() && connections_.in_flight() == 0;
+    if (idle || (cancelled_all_ && now > drain_deadline_ + cancel_grace)) return finish_shutdown();
+    if (!cancelled_all_ && now > drain_deadline_) {
+      log(log_level::warning, "drain timeout: cancelling ", connections_.in_flight(), " request(s)");
+      connections_.cancel_all();
+      cancelled_all_ = true;
+    }
+  }
+  ticker_.expires_after(tick_period);
+  ticker_.async_wait([this](auto ec) { if (!ec) tick(); });
+}
+
+void server::begin_shutdown() {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  sd_send("STOPPING=1\nSTATUS=draining");
+  log(log_level::info, "stopping: draining ", connections_.in_flight(), " request(s)");
+  handler_.set_draining();
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  registry_.close_all();  // queued and running requests still finish
+  drain_deadline_ = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                       std::chrono::duration<double>(cfg_.drain_timeout));
+}
+
+void server::finish_shutdown() {
+  connections_.stop_all();
+  signals_.cancel();
+  ticker_.cancel();
+  io_.stop();
+}
+
+}  // namespace tandem::daemon

@@ -1,0 +1,52 @@
+// Batch validation and cache reservation shared by every backend.
+#include "backend/backend.h"
+
+#include <map>
+
+namespace tandem {
+
+status validate_batch(const batch& b, const kv_cache& cache, uint32_t n_vocab) {
+  const size_t n = b.tokens.size();
+  if (b.seq_ids.size() != n || b.positions.size() != n || b.want_logits.size() != n)
+    return make_error("batch: token, sequence, position and logits lists differ in length");
+  if (n == 0) return make_error("batch is empty");
+  std::map<int32_t, uint32_t> next;  // expected position of each sequence's next token
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t tok = b.tokens[i], seq = b.seq_ids[i], pos = b.positions[i];
+    if (tok < 0 || uint32_t(tok) >= n_vocab)
+      return make_error("batch token ", i, ": id ", tok, " is outside the vocabulary (", n_vocab,
+                        " tokens)");
+    if (!cache.valid_seq(seq))
+      return make_error("batch token ", i, ": sequence id ", seq, " is out of range (0..",
+                        cache.config().n_seq_max - 1, ")");
+    auto it = next.try_emplace(seq, cache.length(seq)).first;
+    if (pos < 0 || uint32_t(pos) != it->second)
+      return make_error("batch token ", i, ": sequence ", seq, " expects position ", it->second,
+                        ", got ", pos);
+    ++it->second;
+  }
+  for (const auto& [seq, len] : next)
+    if (len > cache.config().n_ctx)
+      return make_error("context limit reached: sequence ", seq, " would hold ", len,
+                        " tokens but the context size is ", cache.config().n_ctx);
+  return {};
+}
+
+status reserve_batch(const batch& b, kv_cache& cache, uint32_t n_vocab) {
+  TANDEM_TRY(validate_batch(b, cache, n_vocab));
+  std::map<int32_t, uint32_t> old_len, new_len;
+  for (size_t i = 0; i < b.size(); ++i) {
+    old_len.try_emplace(b.seq_ids[i], cache.length(b.seq_ids[i]));
+    new_len[b.seq_ids[i]] = uint32_t(b.positions[i]) + 1;
+  }
+  for (const auto& [seq, len] : new_len) {
+    status s = cache.grow(seq, len);
+    if (!s) {
+      for (const auto& [s2, l2] : old_len) cache.truncate(s2, l2);
+      return s;
+    }
+  }
+  return {};
+}
+
+}  // namespace tandem

@@ -1,0 +1,444 @@
+// CUDA forward pass for the llama / qwen2 / qwen3 family on one GPU, mirroring the CPU reference
+// (backend/cpu/cpu_backend.cpp) op for op. Decode-sized batches use the quantized mat-vec
+// kernels; larger ones dequantize weight tiles to fp16 and run cuBLAS GEMMs. Attention: long runs
+// of one sequence's tokens go through cuBLAS (Q·Kᵀ, causal softmax, P·V); the rest through the
+// split-K paged kernel.
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <map>
+
+#include "backend/cuda/cuda_context.h"
+#include "backend/cuda/cuda_weights.h"
+#include "kernels/attention.h"
+#include "kernels/cuda_check.h"
+#include "kernels/dequant.h"
+#include "kernels/layer_ops.h"
+#include "kernels/matvec.h"
+
+namespace tandem {
+namespace {
+
+constexpr int k_gemm_attention_min = 16;          // a run this long takes the cuBLAS attention path
+constexpr size_t k_attention_budget = 256ull << 20;  // scores + probabilities of one GEMM chunk
+constexpr int64_t k_weight_tile_elems = 64ll << 20;  // fp16 weight elements dequantized at once
+constexpr int k_max_batch = 65535;                  // grid-y limit of the per-token kernels
+
+// K and V in device memory: [layer][slot][kv head][head_dim] of f16 or f32.
+class cuda_kv_cache final : public kv_cache {
+ public:
+  cuda_kv_cache(const kv_cache_config& cfg, const hparams& hp, const cuda_backend_api* owner)
+      : kv_cache(cfg),
+        owner_(owner),
+        layer_bytes_(uint64_t{n_slots()} * hp.n_head_kv * hp.head_dim * (cfg.type == ggml_type::f16 ? 2 : 4)),
+        n_layer_(hp.n_layer) {}
+
+  status init() {
+    TANDEM_TRY(k_.alloc(layer_bytes_ * n_layer_));
+    return v_.alloc(layer_bytes_ * n_layer_);
+  }
+  uint64_t bytes() const override { return 2 * layer_bytes_ * n_layer_; }
+  void* k_layer(uint32_t il) const { return k_.get<uint8_t>() + il * layer_bytes_; }
+  void* v_layer(uint32_t il) const { return v_.get<uint8_t>() + il * layer_bytes_; }
+  const cuda_backend_api* owner() const { return owner_; }
+
+ private:
+  const cuda_backend_api* owner_;
+  uint64_t layer_bytes_;
+  uint32_t n_layer_;
+  device_buffer k_, v_;
+};
+
+// A stretch of consecutive batch tokens of one sequence at consecutive positions.
+struct token_run {
+  int t0 = 0, n = 0, table = 0, pos0 = 0;
+};
+
+// Host-side description of one batch, packed for a single upload.
+struct batch_plan {
+  int n_tok = 0, n_out = 0, n_tables = 0, max_blocks = 0, paged_max_kv = 0;
+  bool any_paged = false;
+  std::vector<token_run> runs;  // those that take the GEMM attention path
+  std::vector<int32_t> ints;    // tokens | pos | paged pos | slots | tok table | out idx | tables
+  size_t off_tokens = 0, off_pos = 0, off_paged = 0, off_slots = 0, off_table = 0, off_out = 0, off_tables = 0;
+};
+
+class cuda_backend final : public cuda_backend_api {
+ public:
+  cuda_backend(const model_desc& desc, std::unique_ptr<cuda_context> ctx) : desc_(desc), ctx_(std::move(ctx)) {}
+
+  status init(const cuda_backend_options& opt) {
+    TANDEM_TRY(upload_weights(desc_, *ctx_, opt.staging_bytes, w_, stats_));
+    bytes_per_token_ = desc_.output->n_bytes;
+    int64_t largest = desc_.output->dims[0] * 256;
+    for (const auto& l : desc_.layers)
+      for (const gguf_tensor* t : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) {
+        bytes_per_token_ += t->n_bytes;
+        largest = std::max<int64_t>(largest, static_cast<int64_t>(t->n_elements));
+      }
+    return weight_tile_.alloc(std::min(largest, k_weight_tile_elems) * sizeof(uint16_t));
+  }
+
+  std::string_view name() const override { return "cuda"; }
+  const model_desc& model() const override { return desc_; }
+  const cuda_load_stats& load_stats() const override { return stats_; }
+  uint64_t weight_bytes_per_token() const override { return bytes_per_token_; }
+
+  result<std::unique_ptr<kv_cache>> make_cache(const kv_cache_config& cfg) override {
+    auto c = normalize_kv_config(cfg);
+    if (!c) return c.err();
+    if (c->type != ggml_type::f16 && c->type != ggml_type::f32)
+      return make_error("KV cache type ", type_name(c->type), " is not supported by the CUDA backend (use F16 or F32)");
+    TANDEM_TRY(ctx_->activate());
+    auto cache = std::make_unique<cuda_kv_cache>(*c, desc_.hp, this);
+    TANDEM_TRY(cache->init());
+    return std::unique_ptr<kv_cache>(std::move(cache));
+  }
+
+  status forward(const batch& b, kv_cache& cache, std::vector<float>& logits) override {
+    TANDEM_TRY(run(b, cache));
+    logits.resize(static_cast<size_t>(plan_.n_out) * desc_.hp.n_vocab);
+    if (!logits.empty())
+      TANDEM_CUDA_TRY(cudaMemcpyAsync(logits.data(), logits_.get(), logits.size() * sizeof(float),
+                                      cudaMemcpyDeviceToHost, ctx_->stream()));
+    TANDEM_CUDA_TRY(cudaStreamSynchronize(ctx_->stream()));
+    return {};
+  }
+
+  status forward_argmax(const batch& b, kv_cache& cache, std::vector<int32_t>& ids) override {
+    TANDEM_TRY(run(b, cache));
+    ids.resize(plan_.n_out);
+    if (!ids.empty()) {
+      TANDEM_TRY(ids_.ensure(ids.size() * sizeof(int32_t)));
+      TANDEM_CUDA_TRY(launch_argmax(logits_.get<float>(), plan_.n_out, desc_.hp.n_vocab, ids_.get<int32_t>(),
+                                    ctx_->stream()));
+      TANDEM_CUDA_TRY(cudaMemcpyAsync(ids.data(), ids_.get(), ids.size() * sizeof(int32_t),
+                                      cudaMemcpyDeviceToHost, ctx_->stream()));
+    }
+    TANDEM_CUDA_TRY(cudaStreamSynchronize(ctx_->stream()));
+    return {};
+  }
+
+ private:
+  status run(const batch& b, kv_cache& cache_base);
+  void make_plan(const batch& b, const cuda_kv_cache& cache);
+  status ensure_scratch(int n_tok);
+  status layer(uint32_t il, cuda_kv_cache& cache);
+  status attention(uint32_t il, cuda_kv_cache& cache);
+  status attention_gemm(uint32_t il, cuda_kv_cache& cache, const token_run& r);
+  status matmul(const device_matrix& w, const float* x, int n_tok, float* y);
+  struct matmul_job {
+    const device_matrix* w;
+    float* y;
+  };
+  status matmul_fused(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add);
+  const int32_t* dev_ints(size_t off) const { return ints_.get<int32_t>() + off; }
+
+  model_desc desc_;
+  std::unique_ptr<cuda_context> ctx_;
+  device_weights w_;
+  cuda_load_stats stats_;
+  uint64_t bytes_per_token_ = 0;
+  batch_plan plan_;
+  pinned_buffer ints_host_;
+  device_buffer ints_, ids_;
+  // Activations: residual x, normed xn, q/k/v, attention output, tmp, FFN gate/up, fp16 copies.
+  device_buffer x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, xh_, xo_, logits_;
+  device_buffer weight_tile_, qh_, kh_, vh_, scores_, probs_, attn_work_;
+  int scratch_tokens_ = 0;
+};
+
+status cuda_backend::run(const batch& b, kv_cache& cache_base) {
+  auto* cache = dynamic_cast<cuda_kv_cache*>(&cache_base);
+  if (!cache || cache->owner() != this) return make_error("the KV cache was not made by this CUDA backend");
+  if (b.size() > static_cast<size_t>(k_max_batch))
+    return make_error("batch of ", b.size(), " tokens exceeds the CUDA backend's limit of ", k_max_batch);
+  TANDEM_TRY(ctx_->activate());
+  TANDEM_TRY(reserve_batch(b, *cache, desc_.hp.n_vocab));
+  make_plan(b, *cache);
+  TANDEM_TRY(ensure_scratch(plan_.n_tok));
+  const size_t int_bytes = plan_.ints.size() * sizeof(int32_t);
+  // The previous forward ended with a stream sync, so the pinned buffer is free to refill.
+  TANDEM_TRY(ints_host_.ensure(int_bytes));
+  TANDEM_TRY(ints_.ensure(int_bytes));
+  std::memcpy(ints_host_.get(), plan_.ints.data(), int_bytes);
+  const cudaStream_t s = ctx_->stream();
+  TANDEM_CUDA_TRY(cudaMemcpyAsync(ints_.get(), ints_host_.get(), int_bytes, cudaMemcpyHostToDevice, s));
+
+  const auto& hp = desc_.hp;
+  const int T = plan_.n_tok;
+  TANDEM_CUDA_TRY(launch_get_rows(w_.token_embd.type, w_.token_embd.data, w_.token_embd.row_bytes,
+                                  dev_ints(plan_.off_tokens), T, hp.n_embd, x_.get<float>(), s));
+  for (uint32_t il = 0; il < hp.n_layer; ++il) TANDEM_TRY(layer(il, *cache));
+
+  // Only rows that want logits pay for the output head.
+  const int n_out = plan_.n_out;
+  if (n_out > 0) {
+    TANDEM_TRY(xo_.ensure(size_t(n_out) * hp.n_embd * sizeof(float)));
+    TANDEM_TRY(logits_.ensure(size_t(n_out) * hp.n_vocab * sizeof(float)));
+    TANDEM_CUDA_TRY(launch_gather_rows(x_.get<float>(), dev_ints(plan_.off_out), n_out, hp.n_embd,
+                                       xo_.get<float>(), s));
+    TANDEM_CUDA_TRY(launch_rms_norm(xo_.get<float>(), w_.output_norm, xo_.get<float>(), n_out, hp.n_embd,
+                                    hp.rms_eps, s));
+    TANDEM_TRY(matmul(w_.output, xo_.get<float>(), n_out, logits_.get<float>()));
+  }
+  return {};
+}
+
+void cuda_backend::make_plan(const batch& b, const cuda_kv_cache& cache) {
+  batch_plan& p = plan_;
+  const int T = static_cast<int>(b.size());
+  const uint32_t bs = cache.config().block_size;
+  p.n_tok = T;
+  p.n_out = static_cast<int>(b.n_logits());
+  std::map<int32_t, int> table_of;  // sequence -> table row
+  std::vector<int32_t> seqs;
+  for (int t = 0; t < T; ++t)
+    if (table_of.try_emplace(b.seq_ids[t], static_cast<int>(seqs.size())).second) seqs.push_back(b.seq_ids[t]);
+  p.n_tables = static_cast<int>(seqs.size());
+  p.max_blocks = 1;
+  for (int32_t seq : seqs) p.max_blocks = std::max<int>(p.max_blocks, (cache.length(seq) + bs - 1) / bs);
+
+  p.off_tokens = 0;
+  p.off_pos = p.off_tokens + T;
+  p.off_paged = p.off_pos + T;
+  p.off_slots = p.off_paged + T;
+  p.off_table = p.off_slots + T;
+  p.off_out = p.off_table + T;
+  p.off_tables = p.off_out + p.n_out;
+  p.ints.assign(p.off_tables + size_t(p.n_tables) * p.max_blocks, 0);
+  int32_t* ints = p.ints.data();
+  int n_out = 0;
+  for (int t = 0; t < T; ++t) {
+    const int32_t seq = b.seq_ids[t], pos = b.positions[t];
+    ints[p.off_tokens + t] = b.tokens[t];
+    ints[p.off_pos + t] = pos;
+    ints[p.off_paged + t] = pos;
+    ints[p.off_slots + t] = static_cast<int32_t>(cache.slot(seq, uint32_t(pos)));
+    ints[p.off_table + t] = table_of[seq];
+    if (b.want_logits[t]) ints[p.off_out + n_out++] = t;
+  }
+  for (int i = 0; i < p.n_tables; ++i) {
+    const uint32_t len = cache.length(seqs[i]);
+    for (uint32_t k = 0; k * bs < len; ++k)
+      ints[p.off_tables + size_t(i) * p.max_blocks + k] = static_cast<int32_t>(cache.slot(seqs[i], k * bs) / bs);
+  }
+  // Long runs go to the GEMM attention path; their tokens are masked out of the paged kernel.
+  p.runs.clear();
+  for (int t = 0; t < T;) {
+    int e = t + 1;
+    while (e < T && b.seq_ids[e] == b.seq_ids[t] && b.positions[e] == b.positions[e - 1] + 1) ++e;
+    if (e - t >= k_gemm_attention_min) {
+      p.runs.push_back({t, e - t, table_of[b.seq_ids[t]], b.positions[t]});
+      for (int i = t; i < e; ++i) ints[p.off_paged + i] = -1;
+    }
+    t = e;
+  }
+  p.any_paged = false;
+  p.paged_max_kv = 0;
+  for (int t = 0; t < T; ++t)
+    if (ints[p.off_paged + t] >= 0) p.any_paged = true, p.paged_max_kv = std::max(p.paged_max_kv, b.positions[t] + 1);
+}
+
+status cuda_backend::ensure_scratch(int n) {
+  if (n <= scratch_tokens_) return {};
+  const auto& hp = desc_.hp;
+  const size_t T = size_t(n), E = hp.n_embd, QD = size_t(hp.n_head) * hp.head_dim,
+               KD = size_t(hp.n_head_kv) * hp.head_dim, F = hp.n_ff;
+  const size_t f = sizeof(float);
+  TANDEM_TRY(x_.alloc(T * E * f));
+  TANDEM_TRY(xn_.alloc(T * E * f));
+  TANDEM_TRY(tmp_.alloc(T * E * f));
+  TANDEM_TRY(q_.alloc(T * QD * f));
+  TANDEM_TRY(att_.alloc(T * QD * f));
+  TANDEM_TRY(k_.alloc(T * KD * f));
+  TANDEM_TRY(v_.alloc(T * KD * f));
+  TANDEM_TRY(gate_.alloc(T * F * f));
+  TANDEM_TRY(up_.alloc(T * F * f));
+  TANDEM_TRY(xh_.alloc(T * std::max({E, QD, F}) * sizeof(uint16_t)));
+  scratch_tokens_ = n;
+  return {};
+}
+
+status cuda_backend::matmul(const device_matrix& w, const float* x, int n_tok, float* y) {
+  const cudaStream_t s = ctx_->stream();
+  if (n_tok <= k_matvec_max_tokens && gpu_can_matvec(w.type)) {
+    TANDEM_CUDA_TRY(launch_matvec(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, s));
+    return {};
+  }
+  // GEMM path: fp16 activations and weight tiles, fp32 accumulation, y[t][o] row-major.
+  auto* xh = xh_.get<uint16_t>();
+  TANDEM_CUDA_TRY(launch_to_f16(x, xh, int64_t(n_tok) * w.n_in, s));
+  const int64_t tile_rows =
+      std::max<int64_t>(1, std::min<int64_t>(w.n_out, int64_t(weight_tile_.size() / 2) / w.n_in));
+  const float one = 1.f, zero = 0.f;
+  for (int64_t r0 = 0; r0 < w.n_out; r0 += tile_rows) {
+    const int64_t rows = std::min(tile_rows, w.n_out - r0);
+    auto* tile = weight_tile_.get<uint16_t>();
+    TANDEM_CUDA_TRY(launch_dequantize_f16(w.type, w.data + r0 * w.row_bytes, tile, rows * w.n_in, s));
+    TANDEM_CUBLAS_TRY(cublasGemmEx(ctx_->blas(), CUBLAS_OP_T, CUBLAS_OP_N, int(rows), n_tok, int(w.n_in), &one, tile,
+                                   CUDA_R_16F, int(w.n_in), xh, CUDA_R_16F, int(w.n_in), &zero, y + r0, CUDA_R_32F,
+                                   int(w.n_out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  return {};
+}
+
+// Decode-sized batches run matrices that share x (and type and n_in) as one mat-vec launch,
+// with `add` folding the residual add into it (y += W·x): fewer launches and no tmp pass.
+// Otherwise each goes through matmul(), and `add` through tmp_ and launch_add.
+status cuda_backend::matmul_fused(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add) {
+  const device_matrix& w0 = *jobs.begin()->w;
+  bool fused = n_tok <= k_matvec_max_tokens && gpu_can_matvec(w0.type) && jobs.size() <= k_matvec_max_outputs;
+  for (const auto& j : jobs) fused = fused && j.w->type == w0.type && j.w->n_in == w0.n_in;
+  if (fused) {
+    matvec_output outs[k_matvec_max_outputs];
+    int n = 0;
+    for (const auto& j : jobs) outs[n++] = {j.w->data, j.w->n_out, j.y};
+    TANDEM_CUDA_TRY(launch_matvec_multi(w0.type, w0.n_in, outs, n, x, n_tok, add, ctx_->stream()));
+    return {};
+  }
+  for (const auto& j : jobs) {
+    if (!add) {
+      TANDEM_TRY(matmul(*j.w, x, n_tok, j.y));
+      continue;
+    }
+    float* tmp = tmp_.get<float>();  // sized for n_embd outputs: only wo and down add
+    TANDEM_TRY(matmul(*j.w, x, n_tok, tmp));
+    TANDEM_CUDA_TRY(launch_add(j.y, tmp, int64_t(n_tok) * j.w->n_out, ctx_->stream()));
+  }
+  return {};
+}
+
+status cuda_backend::layer(uint32_t il, cuda_kv_cache& cache) {
+  const auto& hp = desc_.hp;
+  const auto& L = w_.layers[il];
+  const cudaStream_t s = ctx_->stream();
+  const int T = plan_.n_tok, E = int(hp.n_embd), D = int(hp.head_dim);
+  const int QD = int(hp.n_head) * D, KD = int(hp.n_head_kv) * D;
+  float *x = x_.get<float>(), *xn = xn_.get<float>(), *q = q_.get<float>(), *k = k_.get<float>(),
+        *v = v_.get<float>();
+  TANDEM_CUDA_TRY(launch_rms_norm(x, L.attn_norm, xn, T, E, hp.rms_eps, s));
+  TANDEM_TRY(matmul_fused({{&L.wq, q}, {&L.wk, k}, {&L.wv, v}}, xn, T, false));
+  if (L.bq) {
+    TANDEM_CUDA_TRY(launch_add_bias(q, L.bq, T, QD, s));
+    TANDEM_CUDA_TRY(launch_add_bias(k, L.bk, T, KD, s));
+    TANDEM_CUDA_TRY(launch_add_bias(v, L.bv, T, KD, s));
+  }
+  if (L.q_norm) {
+    TANDEM_CUDA_TRY(launch_rms_norm(q, L.q_norm, q, int64_t(T) * hp.n_head, D, hp.rms_eps, s));
+    TANDEM_CUDA_TRY(launch_rms_norm(k, L.k_norm, k, int64_t(T) * hp.n_head_kv, D, hp.rms_eps, s));
+  }
+  const bool neox = desc_.arch->flags.rope == rope_style::neox;
+  const int32_t* pos = dev_ints(plan_.off_pos);
+  TANDEM_CUDA_TRY(launch_rope(q, pos, T, int(hp.n_head), D, int(hp.rope_dim), hp.rope_theta, neox, s));
+  TANDEM_CUDA_TRY(launch_rope(k, pos, T, int(hp.n_head_kv), D, int(hp.rope_dim), hp.rope_theta, neox, s));
+  TANDEM_CUDA_TRY(launch_store_kv(k, v, cache.k_layer(il), cache.v_layer(il), cache.config().type,
+                                  dev_ints(plan_.off_slots), T, KD, s));
+  TANDEM_TRY(attention(il, cache));
+  TANDEM_TRY(matmul_fused({{&L.wo, x}}, att_.get<float>(), T, true));  // x += wo·att
+
+  float *g = gate_.get<float>(), *u = up_.get<float>();
+  TANDEM_CUDA_TRY(launch_rms_norm(x, L.ffn_norm, xn, T, E, hp.rms_eps, s));
+  TANDEM_TRY(matmul_fused({{&L.gate, g}, {&L.up, u}}, xn, T, false));
+  TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * hp.n_ff, s));
+  TANDEM_TRY(matmul_fused({{&L.down, x}}, g, T, true));  // x += down·swiglu
+  return {};
+}
+
+status cuda_backend::attention(uint32_t il, cuda_kv_cache& cache) {
+  for (const auto& r : plan_.runs) TANDEM_TRY(attention_gemm(il, cache, r));
+  if (!plan_.any_paged) return {};
+  const auto& hp = desc_.hp;
+  paged_attention_args a;
+  a.q = q_.get<float>();
+  a.k_cache = cache.k_layer(il);
+  a.v_cache = cache.v_layer(il);
+  a.cache_type = cache.config().type;
+  a.out = att_.get<float>();
+  a.block_tables = dev_ints(plan_.off_tables);
+  a.tok_table = dev_ints(plan_.off_table);
+  a.tok_pos = dev_ints(plan_.off_paged);
+  a.n_tok = plan_.n_tok;
+  a.n_head = int(hp.n_head);
+  a.n_head_kv = int(hp.n_head_kv);
+  a.head_dim = int(hp.head_dim);
+  a.block_size = int(cache.config().block_size);
+  a.max_blocks = plan_.max_blocks;
+  a.max_kv = plan_.paged_max_kv;
+  a.scale = 1.f / std::sqrt(float(hp.head_dim));
+  // Split partials are only used when there are few (token, head) pairs: size for that case.
+  const int pairs = std::min(plan_.n_tok * a.n_head, 1024);
+  TANDEM_TRY(attn_work_.ensure(paged_attention_work_floats(1, pairs, a.head_dim, 32) * sizeof(float)));
+  TANDEM_CUDA_TRY(launch_paged_attention(a, attn_work_.get<float>(), attn_work_.size() / sizeof(float),
+                                         ctx_->stream()));
+  return {};
+}
+
+status cuda_backend::attention_gemm(uint32_t il, cuda_kv_cache& cache, const token_run& r) {
+  const auto& hp = desc_.hp;
+  const cudaStream_t s = ctx_->stream();
+  const int D = int(hp.head_dim), Hq = int(hp.n_head), Hkv = int(hp.n_head_kv), grp = Hq / Hkv;
+  const int n_kv = r.pos0 + r.n, QD = Hq * D;
+  const size_t kv_elems = size_t(Hkv) * n_kv * D;
+  TANDEM_TRY(kh_.ensure(kv_elems * 2));
+  TANDEM_TRY(vh_.ensure(kv_elems * 2));
+  TANDEM_TRY(qh_.ensure(size_t(Hq) * r.n * D * 2));
+  const int32_t* table = dev_ints(plan_.off_tables) + size_t(r.table) * plan_.max_blocks;
+  const ggml_type ct = cache.config().type;
+  const int bs = int(cache.config().block_size);
+  auto *kh = kh_.get<uint16_t>(), *vh = vh_.get<uint16_t>(), *qh = qh_.get<uint16_t>();
+  TANDEM_CUDA_TRY(launch_gather_kv_f16(cache.k_layer(il), ct, table, bs, n_kv, Hkv, D, kh, s));
+  TANDEM_CUDA_TRY(launch_gather_kv_f16(cache.v_layer(il), ct, table, bs, n_kv, Hkv, D, vh, s));
+  TANDEM_CUDA_TRY(launch_heads_to_f16(q_.get<float>() + size_t(r.t0) * QD, r.n, Hq, D, qh, s));
+
+  // Query rows per chunk so that grp heads' scores (f32) and probabilities (f16) fit the budget.
+  const size_t per_row = size_t(grp) * n_kv * (sizeof(float) + sizeof(uint16_t));
+  const int tc = int(std::clamp<size_t>(k_attention_budget / per_row, 1, size_t(r.n)));
+  TANDEM_TRY(scores_.ensure(size_t(grp) * tc * n_kv * sizeof(float)));
+  TANDEM_TRY(probs_.ensure(size_t(grp) * tc * n_kv * sizeof(uint16_t)));
+  float* S = scores_.get<float>();
+  uint16_t* P = probs_.get<uint16_t>();
+  const float scale = 1.f / std::sqrt(float(D)), one = 1.f, zero = 0.f;
+  for (int c0 = 0; c0 < r.n; c0 += tc) {
+    const int nc = std::min(tc, r.n - c0);
+    const long long s_stride = static_cast<long long>(nc) * n_kv;
+    for (int g = 0; g < Hkv; ++g) {
+      // S[b][t][j] = scale · K_g[j] · q_{g·grp+b}[c0+t]   (column-major: n_kv × nc per head)
+      TANDEM_CUBLAS_TRY(cublasGemmStridedBatchedEx(
+          ctx_->blas(), CUBLAS_OP_T, CUBLAS_OP_N, n_kv, nc, D, &scale, kh + size_t(g) * n_kv * D, CUDA_R_16F, D, 0,
+          qh + (size_t(g) * grp * r.n + c0) * D, CUDA_R_16F, D, static_cast<long long>(r.n) * D, &zero, S,
+          CUDA_R_32F, n_kv, s_stride, grp, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      TANDEM_CUDA_TRY(launch_causal_softmax(S, grp * nc, nc, n_kv, r.pos0 + c0, P, s));
+      // out[t][h][:] = Σ_j P[b][t][j] V_g[j]   (column-major D × nc, ld = Hq·D)
+      TANDEM_CUBLAS_TRY(cublasGemmStridedBatchedEx(
+          ctx_->blas(), CUBLAS_OP_N, CUBLAS_OP_N, D, nc, n_kv, &one, vh + size_t(g) * n_kv * D, CUDA_R_16F, D, 0, P,
+          CUDA_R_16F, n_kv, s_stride, &zero, att_.get<float>() + size_t(r.t0 + c0) * QD + size_t(g) * grp * D,
+          CUDA_R_32F, QD, D, grp, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+result<std::unique_ptr<cuda_backend_api>> make_cuda_backend(const model_desc& desc, const cuda_backend_options& opt) {
+  if (!desc.arch || !desc.token_embd || !desc.output || !desc.output_norm || desc.layers.size() != desc.hp.n_layer)
+    return make_error("CUDA backend: the model description is not bound");
+  const auto& hp = desc.hp;
+  if (hp.head_dim != 32 && hp.head_dim != 64 && hp.head_dim != 128 && hp.head_dim != 256)
+    return make_error("CUDA backend: head size ", hp.head_dim, " is not supported (32, 64, 128 or 256)");
+  if (hp.n_head % hp.n_head_kv != 0)
+    return make_error("CUDA backend: ", hp.n_head, " query heads do not divide into ", hp.n_head_kv, " KV heads");
+  auto ctx = cuda_context::create(opt.device);
+  if (!ctx) return ctx.err();
+  auto be = std::make_unique<cuda_backend>(desc, std::move(*ctx));
+  TANDEM_TRY(be->init(opt));
+  return std::unique_ptr<cuda_backend_api>(std::move(be));
+}
+
+int cuda_backend_device_count() { return cuda_device_count(); }
+
+}  // namespace tandem

@@ -1,0 +1,47 @@
+// The CUDA backend on one GPU: weights uploaded once in their GGUF types, KV cache in device
+// memory (f16 or f32), decode through quantized mat-vec kernels and prefill through cuBLAS.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace tandem {
+
+struct cuda_backend_options {
+  int device = 0;
+  size_t staging_bytes = 64ull << 20;  // each of the two pinned upload buffers
+};
+
+// What loading the weights cost; bench and logs report it.
+struct cuda_load_stats {
+  uint64_t bytes = 0;           // weight bytes copied to the device
+  double seconds = 0;           // wall time of the upload (host reads of the mapping included)
+  uint64_t device_bytes = 0;    // device memory the weights occupy
+  std::string device_name;      // "NVIDIA H200 (sm_90, 139.8 GiB)"
+};
+
+// The backend interface plus what only the CUDA backend offers.
+class cuda_backend_api : public backend {
+ public:
+  virtual const cuda_load_stats& load_stats() const = 0;
+  // Matrix bytes one decode step reads (every layer matrix and the output head).
+  virtual uint64_t weight_bytes_per_token() const = 0;
+  // As forward(), but keeps the logits on the GPU and returns each wanted row's argmax
+  // (greedy sampling without copying n_vocab floats per token over PCIe).
+  virtual status forward_argmax(const batch& b, kv_cache& cache, std::vector<int32_t>& ids) = 0;
+};
+
+// Uploads the model to `opt.device`. The model description (and its file) must outlive the
+// backend, as model() hands it out, but the weights are copied and their pages not touched
+// again. forward() is not safe to call from two threads at once on one instance.
+result<std::unique_ptr<cuda_backend_api>> make_cuda_backend(const model_desc& desc,
+                                                            const cuda_backend_options& opt = {});
+
+// Number of usable CUDA devices (0 without a driver or GPU); tests skip on 0.
+int cuda_backend_device_count();
+
+}  // namespace tandem

@@ -1,0 +1,89 @@
+// The CUDA backend's per-device context and memory owners.
+#include "backend/cuda/cuda_context.h"
+
+#include <cstdio>
+
+#include "kernels/cuda_check.h"
+
+namespace tandem {
+
+error cublas_error(cublasStatus_t code, const char* expr, const char* file, int line) {
+  return make_error("cuBLAS error ", cublasGetStatusName(code), " (", cublasGetStatusString(code), ") in ", expr,
+                    " at ", file, ":", line);
+}
+
+status device_buffer::alloc(size_t bytes) {
+  release();
+  if (bytes == 0) return {};
+  TANDEM_CUDA_TRY(cudaMalloc(&p_, bytes));
+  bytes_ = bytes;
+  return {};
+}
+
+status device_buffer::ensure(size_t bytes) {
+  if (bytes <= bytes_) return {};
+  return alloc(bytes);
+}
+
+void device_buffer::release() {
+  if (p_) TANDEM_CUDA_LOG(cudaFree(p_));
+  p_ = nullptr;
+  bytes_ = 0;
+}
+
+status pinned_buffer::ensure(size_t bytes) {
+  if (bytes <= bytes_) return {};
+  release();
+  TANDEM_CUDA_TRY(cudaMallocHost(&p_, bytes));
+  bytes_ = bytes;
+  return {};
+}
+
+void pinned_buffer::release() {
+  if (p_) TANDEM_CUDA_LOG(cudaFreeHost(p_));
+  p_ = nullptr;
+  bytes_ = 0;
+}
+
+result<std::unique_ptr<cuda_context>> cuda_context::create(int device) {
+  const int n = cuda_device_count();
+  if (device < 0 || device >= n)
+    return make_error("CUDA device ", device, " does not exist (", n, " device", n == 1 ? "" : "s", " found)");
+  std::unique_ptr<cuda_context> ctx(new cuda_context());
+  ctx->device_ = device;
+  TANDEM_CUDA_TRY(cudaSetDevice(device));
+  TANDEM_CUDA_TRY(cudaGetDeviceProperties(&ctx->props_, device));
+  TANDEM_CUDA_TRY(cudaStreamCreateWithFlags(&ctx->stream_, cudaStreamNonBlocking));
+  TANDEM_CUBLAS_TRY(cublasCreate(&ctx->blas_));
+  TANDEM_CUBLAS_TRY(cublasSetStream(ctx->blas_, ctx->stream_));
+  return ctx;
+}
+
+cuda_context::~cuda_context() {
+  if (cudaSetDevice(device_) != cudaSuccess) return;
+  if (blas_) cublasDestroy(blas_);
+  if (stream_) TANDEM_CUDA_LOG(cudaStreamDestroy(stream_));
+}
+
+status cuda_context::activate() const {
+  TANDEM_CUDA_TRY(cudaSetDevice(device_));
+  return {};
+}
+
+std::string cuda_context::description() const {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%.256s (sm_%d%d, %.1f GiB)", props_.name, props_.major, props_.minor,
+                double(props_.totalGlobalMem) / (1ull << 30));
+  return buf;
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace tandem

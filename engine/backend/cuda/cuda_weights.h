@@ -1,0 +1,46 @@
+// The model's weights in device memory: matrices kept in their GGUF types (one allocation, each
+// tensor 256-byte aligned), norm weights and biases as float32. Uploaded through pinned staging.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_context.h"
+#include "model/model_desc.h"
+
+namespace tandem {
+
+// A weight matrix on the device, stored {n_in, n_out} as in the file.
+struct device_matrix {
+  ggml_type type = ggml_type::f32;
+  const uint8_t* data = nullptr;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  uint64_t row_bytes = 0;
+};
+
+struct device_layer {
+  const float* attn_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  const float* q_norm = nullptr;  // nullptr unless qk_norm
+  const float* k_norm = nullptr;
+  const float* bq = nullptr;      // nullptr unless qkv_bias
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+  device_matrix wq, wk, wv, wo, gate, up, down;
+};
+
+struct device_weights {
+  device_buffer matrices;  // GGUF-typed tensors
+  device_buffer vectors;   // float32 norms and biases
+  std::vector<device_layer> layers;
+  device_matrix token_embd, output;
+  const float* output_norm = nullptr;
+};
+
+// Checks every tensor type against what the kernels compute with, then uploads.
+status upload_weights(const model_desc& desc, const cuda_context& ctx, size_t staging_bytes, device_weights& w,
+                      cuda_load_stats& stats);
+
+}  // namespace tandem

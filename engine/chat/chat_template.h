@@ -1,0 +1,76 @@
+// Chat prompt formats: ChatML (with Qwen3's thinking rules), Llama 3 and raw, rendered in C++
+// rather than by a Jinja engine. The format is recognised from tokenizer.chat_template by
+// distinctive markers, or chosen by name.
+//
+// Choices: a model with no template gets `raw`; a template that is not recognised gets ChatML and
+// a warning (chat_template::warning, for the caller to log), since ChatML is what most current
+// instruction-tuned models speak and a refusal would make the model unusable for chat.
+// What is reproduced of the real templates: message roles and contents, a default system prompt
+// that a ChatML template inserts when the conversation has none (SmolLM2, Qwen2.5), Qwen3's
+// <think> handling (reasoning kept only after the last user turn; enable_thinking=false appends
+// an empty think block), Llama 3's content trimming and BOS. Not reproduced: tool definitions
+// and tool calls, Llama 3.1's date preamble (such a template still renders as Llama 3, with a
+// warning).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+
+namespace tandem {
+
+class tokenizer;
+
+enum class chat_format {
+  raw,     // message contents concatenated, nothing added
+  chatml,  // <|im_start|>role\ncontent<|im_end|>\n
+  qwen3,   // ChatML plus Qwen3's <think> rules
+  llama3,  // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
+};
+
+struct chat_message {
+  std::string role;  // system, user, assistant, tool
+  std::string content;
+};
+
+struct chat_options {
+  bool add_generation_prompt = true;
+  // Qwen3: false appends "<think>\n\n</think>\n\n" after the assistant header; true or unset
+  // lets the model think (the template's default).
+  std::optional<bool> enable_thinking;
+};
+
+struct chat_template {
+  chat_format format = chat_format::raw;
+  std::string default_system;              // ChatML: used when the first message is not system
+  bool always_generation_prompt = false;   // Llama 3 base template appends the header always
+  std::string bos_text;                    // Llama 3 starts the prompt with the BOS token's text
+  std::string warning;                     // non-empty when the source was not fully recognised
+};
+
+std::string_view chat_format_name(chat_format f);
+// "raw", "chatml", "qwen3", "llama3" (also "llama-3"); an unknown name is an error listing these.
+result<chat_format> chat_format_from_name(std::string_view name);
+
+// Recognises a Jinja template source (see the header comment for the fallback rules).
+chat_template detect_chat_template(std::string_view source);
+
+// The template for a model: its tokenizer.chat_template, or the named format when override_name
+// is not empty. Fills BOS text from the vocabulary.
+result<chat_template> chat_template_for(const tokenizer& tok, std::string_view override_name = {});
+
+// The prompt text. It holds control tokens as text: encode it with parse_special = true and
+// without add_bos (the template already wrote BOS where the model wants one).
+result<std::string> render_chat(const chat_template& tpl, std::span<const chat_message> messages,
+                                const chat_options& opt = {});
+
+// Ids that end a reply: the vocabulary's eos/eot plus the format's end-of-turn tokens that exist
+// in the vocabulary (<|im_end|>, <|endoftext|>, <|eot_id|>, <|eom_id|>, <|end_of_text|>).
+std::vector<int32_t> chat_stop_tokens(const chat_template& tpl, const tokenizer& tok);
+
+}  // namespace tandem

@@ -1,0 +1,473 @@
+// Hugging Face → GGUF import: config.json to hparams, HF names to llama.cpp's, every tensor
+// validated before the output is touched, then streaming conversion (Llama's q/k permuted).
+#include "convert/hf_import.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "convert/safetensors.h"
+#include "quant/quant.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/vocab_gguf.h"
+
+namespace tandem {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::string_view k_model_types[] = {"llama", "qwen2", "qwen3"};
+
+// HF per-layer suffixes (after "model.layers.N.") and llama.cpp's per-layer stems.
+struct layer_name {
+  std::string_view hf;
+  std::string_view gguf;
+};
+constexpr layer_name k_layer_names[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.q_proj.bias", "attn_q.bias"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.k_proj.bias", "attn_k.bias"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.v_proj.bias", "attn_v.bias"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+};
+
+std::string join(const auto& items, std::string_view sep) {
+  std::ostringstream os;
+  bool first = true;
+  for (const auto& s : items) {
+    os << (first ? "" : sep) << s;
+    first = false;
+  }
+  return os.str();
+}
+
+// Field readers: absent (or JSON null) keeps the default; present with the wrong type is an error.
+class config_reader {
+ public:
+  config_reader(const json& j, const std::string& label) : j_(j), label_(label) {}
+
+  const json* get(std::string_view key) const {
+    auto it = j_.find(key);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  status u32(std::string_view key, uint32_t& out, bool required) const {
+    const json* v = get(key);
+    if (!v) return required ? status{make_error(label_, ": missing field ", key)} : status{};
+    if (!v->is_number_unsigned() || v->get<uint64_t>() == 0 || v->get<uint64_t>() > 0x7fffffffull)
+      return make_error(label_, ": field ", key, " must be a positive integer, got ", v->dump());
+    out = static_cast<uint32_t>(v->get<uint64_t>());
+    return {};
+  }
+
+  status positive_float(const json* v, std::string_view key, float& out) const {
+    if (!v) return {};
+    if (!v->is_number() || !(v->get<double>() > 0))
+      return make_error(label_, ": field ", key, " must be a positive number, got ", v->dump());
+    out = static_cast<float>(v->get<double>());
+    return {};
+  }
+
+  status boolean(std::string_view key, bool& out) const {
+    const json* v = get(key);
+    if (!v) return {};
+    if (!v->is_boolean())
+      return make_error(label_, ": field ", key, " must be true or false, got ", v->dump());
+    out = v->get<bool>();
+    return {};
+  }
+
+  // A feature flag this importer cannot honour: present and true is an error.
+  status refuse_true(std::string_view key, std::string_view why) const {
+    bool v = false;
+    TANDEM_TRY(boolean(key, v));
+    if (v) return make_error(label_, ": ", key, " is true; ", why);
+    return {};
+  }
+
+  // rope_scaling / rope_parameters: only the plain (unscaled) RoPE is supported.
+  status rope_type(std::string_view key) const {
+    const json* v = get(key);
+    if (!v) return {};
+    if (!v->is_object())
+      return make_error(label_, ": field ", key, " must be an object, got ", v->dump());
+    for (const char* k : {"rope_type", "type"}) {
+      auto it = v->find(k);
+      if (it == v->end() || it->is_null()) continue;
+      if (!it->is_string()) return make_error(label_, ": field ", key, ".", k, " must be a string");
+      if (it->get<std::string>() != "default")
+        return make_error(label_, ": ", key, ".", k, " is \"", it->get<std::string>(),
+                          "\"; only unscaled RoPE (\"default\") is supported");
+    }
+    return {};
+  }
+
+  const std::string& label() const { return label_; }
+
+ private:
+  const json& j_;
+  const std::string& label_;
+};
+
+status read_rope_theta(const config_reader& c, float& theta) {
+  TANDEM_TRY(c.rope_type("rope_scaling"));
+  TANDEM_TRY(c.rope_type("rope_parameters"));
+  // Newer transformers move rope_theta into rope_parameters; older configs keep it at top level.
+  if (const json* rp = c.get("rope_parameters")) {
+    auto it = rp->find("rope_theta");
+    if (it != rp->end() && !it->is_null())
+      return c.positive_float(&*it, "rope_parameters.rope_theta", theta);
+  }
+  return c.positive_float(c.get("rope_theta"), "rope_theta", theta);
+}
+
+status check_unsupported(const config_reader& c, std::string_view model_type) {
+  if (const json* act = c.get("hidden_act")) {
+    if (!act->is_string() || act->get<std::string>() != "silu")
+      return make_error(c.label(), ": hidden_act is ", act->dump(), "; only \"silu\" is supported");
+  }
+  TANDEM_TRY(c.refuse_true("use_sliding_window", "sliding-window attention is not supported"));
+  if (const json* lt = c.get("layer_types")) {  // newer configs list each layer's attention kind
+    if (!lt->is_array()) return make_error(c.label(), ": field layer_types must be an array");
+    for (size_t i = 0; i < lt->size(); ++i)
+      if ((*lt)[i] != "full_attention")
+        return make_error(c.label(), ": layer_types[", i, "] is ", (*lt)[i].dump(),
+                          "; only \"full_attention\" layers are supported");
+  }
+  TANDEM_TRY(c.refuse_true("mlp_bias", "the architecture has no FFN biases"));
+  if (model_type != "qwen2")  // qwen2 always has q/k/v biases; llama and qwen3 have none here
+    TANDEM_TRY(
+        c.refuse_true("attention_bias", "the llama.cpp architecture has no attention biases"));
+  return {};
+}
+
+status check_heads(const config_reader& c, hparams& hp) {
+  const std::string& l = c.label();
+  if (hp.n_head % hp.n_head_kv != 0)
+    return make_error(l, ": num_attention_heads (", hp.n_head,
+                      ") is not a multiple of num_key_value_heads (", hp.n_head_kv, ")");
+  if (hp.head_dim == 0) {
+    if (hp.n_embd % hp.n_head != 0)
+      return make_error(l, ": hidden_size (", hp.n_embd,
+                        ") is not a multiple of num_attention_heads (", hp.n_head,
+                        ") and head_dim is missing");
+    hp.head_dim = hp.n_embd / hp.n_head;
+  }
+  if (hp.head_dim % 2 != 0)
+    return make_error(l, ": head_dim (", hp.head_dim, ") must be even for RoPE");
+  hp.rope_dim = hp.head_dim;
+  return {};
+}
+
+// Element-wise conversion of one tensor into `out`, rows split over threads. For Llama q/k,
+// `permute_head_dim` is the head size and each output row reads its permuted source row.
+status convert_tensor(const st_tensor& src, ggml_type type, uint64_t n_in, uint64_t n_rows,
+                      uint64_t permute_head_dim, unsigned threads, std::span<uint8_t> out) {
+  const auto rb = row_bytes(type, n_in);
+  if (!rb || out.size() != *rb * n_rows)
+    return make_error("tensor \"", src.name, "\": output buffer has ", out.size(),
+                      " bytes, expected ", rb ? *rb * n_rows : 0);
+  auto work = [&](uint64_t r0, uint64_t r1) -> status {
+    std::vector<float> row(n_in);
+    for (uint64_t r = r0; r < r1; ++r) {
+      const uint64_t s = permute_head_dim ? llama_qk_source_row(r, permute_head_dim) : r;
+      TANDEM_TRY(read_floats(src, s * n_in, n_in, row.data()));
+      quantize_row(type, row.data(), out.data() + r * *rb, static_cast<int64_t>(n_in));
+    }
+    return {};
+  };
+  // Threads pay off only for big tensors; small ones (norms, tiny test models) run inline.
+  const uint64_t n_threads = std::min<uint64_t>({threads, n_rows, n_rows * n_in / (1u << 18) + 1});
+  if (n_threads <= 1) return work(0, n_rows);
+  std::vector<status> results(n_threads);
+  std::vector<std::thread> pool;
+  for (uint64_t t = 0; t < n_threads; ++t) {
+    const uint64_t r0 = n_rows * t / n_threads, r1 = n_rows * (t + 1) / n_threads;
+    pool.emplace_back([&, t, r0, r1] { results[t] = work(r0, r1); });
+  }
+  for (auto& th : pool) th.join();
+  for (auto& r : results)
+    if (!r) return r;
+  return {};
+}
+
+std::string shape_string(const std::vector<uint64_t>& s) {
+  std::string out(1, '[');  // not "[" + ...: GCC 12 warns falsely (-Wrestrict) on that
+  out += join(s, ",");
+  out += ']';
+  return out;
+}
+
+// One output tensor: where it comes from and how it is stored.
+struct planned_tensor {
+  const tensor_spec* spec;
+  const st_tensor* src;
+  ggml_type type;
+  uint64_t permute_head_dim;
+};
+
+// Maps every source tensor, checks names, shapes and dtypes against the architecture, and picks
+// each tensor's output type. Nothing is written until this succeeds.
+result<std::vector<planned_tensor>> plan_tensors(const hf_config& cfg,
+                                                 const safetensors_model& model,
+                                                 const std::vector<tensor_spec>& specs,
+                                                 const import_options& opt,
+                                                 import_summary& summary) {
+  std::map<std::string, const st_tensor*> by_gguf;
+  for (const st_tensor* t : model.tensors()) {
+    if (t->name.ends_with("rotary_emb.inv_freq"))
+      continue;  // derived from rope_theta; llama.cpp drops it
+    if (t->name == "lm_head.weight" && cfg.hp.tied_output) {
+      summary.notes.push_back("tie_word_embeddings is set: lm_head.weight is ignored");
+      continue;
+    }
+    auto g = map_hf_tensor_name(t->name);
+    if (!g)
+      return make_error(*t->file, ": tensor \"", t->name, "\" is not part of a ", cfg.model_type,
+                        " model");
+    by_gguf[*g] = t;
+  }
+  std::vector<planned_tensor> plan;
+  for (const auto& spec : specs) {
+    auto it = by_gguf.find(spec.name);
+    if (it == by_gguf.end())
+      return make_error("missing tensor for ", spec.name, " (", cfg.model_type, " with ",
+                        cfg.hp.n_layer, " layers needs it)");
+    const st_tensor* src = it->second;
+    by_gguf.erase(it);
+    std::vector<uint64_t> dims(src->shape.rbegin(),
+                               src->shape.rend());  // GGUF order: contiguous first
+    if (dims != spec.shape)
+      return make_error(
+          *src->file, ": tensor \"", src->name, "\" has shape ", shape_string(src->shape),
+          " but config.json implies ",
+          shape_string(std::vector<uint64_t>(spec.shape.rbegin(), spec.shape.rend())));
+    if (src->dtype != st_dtype::f32 && src->dtype != st_dtype::f16 &&
+        src->dtype != st_dtype::bf16 && src->dtype != st_dtype::f64)
+      return make_error(*src->file, ": tensor \"", src->name, "\" has dtype ",
+                        st_dtype_name(src->dtype), "; only floating-point weights can be imported");
+    planned_tensor p{&spec, src, ggml_type::f32, 0};
+    if (spec.role == tensor_role::matrix || spec.role == tensor_role::embedding) {
+      p.type = opt.type;
+      if (!row_bytes(p.type, spec.shape[0])) {
+        p.type = ggml_type::f16;
+        summary.notes.push_back(spec.name + ": row length " + std::to_string(spec.shape[0]) +
+                                " is not a multiple of the " + std::string(type_name(opt.type)) +
+                                " block size; stored as F16");
+      }
+    }
+    const bool qk = spec.name.ends_with(".attn_q.weight") || spec.name.ends_with(".attn_k.weight");
+    if (cfg.arch->flags.rope == rope_style::normal && qk) p.permute_head_dim = cfg.hp.head_dim;
+    plan.push_back(p);
+  }
+  if (!by_gguf.empty()) {
+    const st_tensor* extra = by_gguf.begin()->second;
+    return make_error(*extra->file, ": tensor \"", extra->name, "\" (", by_gguf.begin()->first,
+                      ") is not expected for ", cfg.model_type, " with ", cfg.hp.n_layer,
+                      " layers");
+  }
+  return plan;
+}
+
+// Embeds DIR/tokenizer.json (+ tokenizer_config.json) when present; false when there is none.
+// The token list is padded to the embedding rows as llama.cpp's converter does.
+result<bool> add_tokenizer(const std::string& dir, uint32_t n_vocab, gguf_writer& w) {
+  const std::string path = (std::filesystem::path(dir) / "tokenizer.json").string();
+  if (!std::filesystem::exists(path)) return false;
+  auto v = vocab_from_hf_files(path);
+  if (!v) return make_error(path, ": ", v.message(), " (import without it: --no-tokenizer)");
+  if (v->tokens.size() > n_vocab)
+    return make_error(path, ": ", v->tokens.size(), " tokens but config.json's vocab_size is ",
+                      n_vocab);
+  for (size_t id = v->tokens.size(); id < n_vocab; ++id) {
+    v->tokens.push_back("[PAD" + std::to_string(id) + "]");
+    v->types.push_back(token_type::unused);
+  }
+  write_vocab(w, *v);
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::string_view> supported_hf_model_types() {
+  return {std::begin(k_model_types), std::end(k_model_types)};
+}
+
+result<hf_config> parse_hf_config(std::string_view json_text, const std::string& label) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::exception& e) {
+    return make_error(label, ": not valid JSON: ", e.what());
+  }
+  if (!j.is_object()) return make_error(label, ": not a JSON object");
+  config_reader c(j, label);
+  hf_config cfg;
+  const json* mt = c.get("model_type");
+  if (!mt || !mt->is_string()) return make_error(label, ": missing string field model_type");
+  cfg.model_type = mt->get<std::string>();
+  if (std::find(std::begin(k_model_types), std::end(k_model_types), cfg.model_type) ==
+      std::end(k_model_types))
+    return make_error(label, ": model_type \"", cfg.model_type,
+                      "\" is not supported (supported: ", join(k_model_types, ", "), ")");
+  cfg.arch = find_arch(cfg.model_type);
+  if (!cfg.arch)
+    return make_error("architecture ", cfg.model_type, " is not in the architecture table");
+
+  hparams& hp = cfg.hp;
+  TANDEM_TRY(check_unsupported(c, cfg.model_type));
+  TANDEM_TRY(c.u32("vocab_size", hp.n_vocab, true));
+  TANDEM_TRY(c.u32("hidden_size", hp.n_embd, true));
+  TANDEM_TRY(c.u32("num_hidden_layers", hp.n_layer, true));
+  TANDEM_TRY(c.u32("intermediate_size", hp.n_ff, true));
+  TANDEM_TRY(c.u32("num_attention_heads", hp.n_head, true));
+  TANDEM_TRY(c.u32("max_position_embeddings", hp.n_ctx_train, true));
+  hp.n_head_kv = hp.n_head;  // transformers' default when num_key_value_heads is absent
+  TANDEM_TRY(c.u32("num_key_value_heads", hp.n_head_kv, false));
+  hp.head_dim = 0;
+  TANDEM_TRY(c.u32("head_dim", hp.head_dim, false));
+  TANDEM_TRY(check_heads(c, hp));
+  hp.rms_eps = 1e-6f;  // the default of all three transformers configs
+  TANDEM_TRY(c.positive_float(c.get("rms_norm_eps"), "rms_norm_eps", hp.rms_eps));
+  hp.rope_theta = 10000.f;
+  TANDEM_TRY(read_rope_theta(c, hp.rope_theta));
+  hp.tied_output = false;  // the default of all three transformers configs
+  TANDEM_TRY(c.boolean("tie_word_embeddings", hp.tied_output));
+  return cfg;
+}
+
+result<hf_config> read_hf_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return make_error(path, ": cannot open: ", std::strerror(errno),
+                      " (is this a Hugging Face model directory?)");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parse_hf_config(ss.str(), path);
+}
+
+std::optional<std::string> map_hf_tensor_name(std::string_view n) {
+  if (n == "model.embed_tokens.weight") return "token_embd.weight";
+  if (n == "model.norm.weight") return "output_norm.weight";
+  if (n == "lm_head.weight") return "output.weight";
+  constexpr std::string_view prefix = "model.layers.";
+  if (!n.starts_with(prefix)) return std::nullopt;
+  n.remove_prefix(prefix.size());
+  const size_t dot = n.find('.');
+  if (dot == 0 || dot == std::string_view::npos || dot > 6) return std::nullopt;
+  const std::string_view idx = n.substr(0, dot);
+  if (!std::all_of(idx.begin(), idx.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) ||
+      (idx.size() > 1 && idx[0] == '0'))
+    return std::nullopt;
+  const std::string_view rest = n.substr(dot + 1);
+  for (const auto& ln : k_layer_names)
+    if (ln.hf == rest) return "blk." + std::string(idx) + "." + std::string(ln.gguf);
+  return std::nullopt;
+}
+
+uint64_t llama_qk_source_row(uint64_t row, uint64_t head_dim) {
+  const uint64_t head = row / head_dim, within = row % head_dim;
+  const uint64_t i = within / 2, j = within % 2;
+  return head * head_dim + j * (head_dim / 2) + i;
+}
+
+std::optional<uint32_t> llama_file_type(ggml_type t) {
+  switch (t) {
+    case ggml_type::f32:
+      return 0;
+    case ggml_type::f16:
+      return 1;
+    case ggml_type::q4_0:
+      return 2;
+    case ggml_type::q4_1:
+      return 3;
+    case ggml_type::q8_0:
+      return 7;
+    case ggml_type::q5_0:
+      return 8;
+    case ggml_type::q5_1:
+      return 9;
+    case ggml_type::q4_k:
+      return 14;  // Q4_K_S: the "mostly Q4_K" mixture
+    case ggml_type::q5_k:
+      return 16;  // Q5_K_S
+    case ggml_type::q6_k:
+      return 18;
+    case ggml_type::bf16:
+      return 32;
+    default:
+      return std::nullopt;
+  }
+}
+
+result<import_summary> import_hf_model(const std::string& dir, const std::string& out_path,
+                                       const import_options& opt) {
+  namespace fs = std::filesystem;
+  const auto ftype = llama_file_type(opt.type);
+  if (!can_quantize(opt.type) || !ftype)
+    return make_error("output type ", type_name(opt.type), " cannot be produced by the importer");
+  auto cfg = read_hf_config((fs::path(dir) / "config.json").string());
+  if (!cfg) return cfg.err();
+  auto model = safetensors_model::open_dir(dir);
+  if (!model) return model.err();
+
+  std::error_code ec;
+  for (const auto& f : model->files())
+    if (fs::equivalent(f.path(), out_path, ec))
+      return make_error("output ", out_path, " is the input file ", f.path(),
+                        "; write to another path");
+
+  import_summary summary;
+  summary.arch = cfg->model_type;
+  summary.hp = cfg->hp;
+  const auto specs = expected_tensors(*cfg->arch, cfg->hp);
+  auto plan = plan_tensors(*cfg, *model, specs, opt, summary);
+  if (!plan) return plan.err();
+
+  gguf_writer w;
+  write_hparams(*cfg->arch, cfg->hp, w);
+  std::string name = opt.name;
+  if (name.empty()) name = fs::canonical(dir, ec).filename().string();  // also for "." and "dir/"
+  w.set_string("general.name", name);
+  w.set_u32("general.file_type", *ftype);
+  w.set_u32("general.quantization_version", 2);
+  if (opt.tokenizer) {
+    auto tok = add_tokenizer(dir, cfg->hp.n_vocab, w);
+    if (!tok) return tok.err();
+    summary.has_tokenizer = *tok;
+    if (!*tok) summary.notes.push_back("no tokenizer.json: the GGUF has no tokenizer");
+  }
+
+  const unsigned threads =
+      opt.threads ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
+  for (const auto& p : *plan) {
+    const uint64_t n_in = p.spec->shape[0];
+    const uint64_t n_rows = p.spec->shape.size() > 1 ? p.spec->shape[1] : 1;
+    TANDEM_TRY(w.add_tensor(
+        p.spec->name, p.type, p.spec->shape, [p, n_in, n_rows, threads](std::span<uint8_t> out) {
+          return convert_tensor(*p.src, p.type, n_in, n_rows, p.permute_head_dim, threads, out);
+        }));
+  }
+  summary.n_tensors = plan->size();
+  summary.data_bytes = w.tensor_data_bytes();
+  TANDEM_TRY(w.write(out_path, opt.progress));
+  return summary;
+}
+
+}  // namespace tandem

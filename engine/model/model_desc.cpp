@@ -1,0 +1,102 @@
+// Binds an architecture's expected tensors to a GGUF file, checking names, shapes and types.
+#include "model/model_desc.h"
+
+#include <sstream>
+
+#include "quant/quant.h"
+
+namespace tandem {
+namespace {
+
+std::string shape_str(const uint64_t* dims, size_t n) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < n; ++i) os << (i ? ", " : "") << dims[i];
+  os << ']';
+  return os.str();
+}
+
+status check_tensor(const tensor_spec& spec, const gguf_tensor& t) {
+  // GGUF may carry trailing unit dims; they do not change the layout.
+  bool same = t.n_dims >= spec.shape.size();
+  for (size_t i = 0; same && i < 4; ++i) {
+    uint64_t want = i < spec.shape.size() ? spec.shape[i] : 1;
+    if (t.dims[i] != want) same = false;
+  }
+  if (!same)
+    return make_error("tensor ", spec.name, " has shape ", shape_str(t.dims, t.n_dims),
+                      ", expected ", shape_str(spec.shape.data(), spec.shape.size()));
+  if (!can_dequantize(t.type))
+    return make_error("tensor ", spec.name, " has type ", type_name(t.type),
+                      ", which the engine cannot compute with");
+  return {};
+}
+
+// Which layer_weights member a per-layer tensor name fills.
+const gguf_tensor** layer_slot(layer_weights& w, std::string_view suffix) {
+  struct entry {
+    std::string_view suffix;
+    const gguf_tensor* layer_weights::*member;
+  };
+  static constexpr entry k_slots[] = {
+      {"attn_norm.weight", &layer_weights::attn_norm}, {"attn_q.weight", &layer_weights::wq},
+      {"attn_k.weight", &layer_weights::wk},           {"attn_v.weight", &layer_weights::wv},
+      {"attn_q.bias", &layer_weights::bq},             {"attn_k.bias", &layer_weights::bk},
+      {"attn_v.bias", &layer_weights::bv},             {"attn_q_norm.weight", &layer_weights::q_norm},
+      {"attn_k_norm.weight", &layer_weights::k_norm},  {"attn_output.weight", &layer_weights::wo},
+      {"ffn_norm.weight", &layer_weights::ffn_norm},   {"ffn_gate.weight", &layer_weights::ffn_gate},
+      {"ffn_up.weight", &layer_weights::ffn_up},       {"ffn_down.weight", &layer_weights::ffn_down},
+  };
+  for (const auto& e : k_slots)
+    if (e.suffix == suffix) return &(w.*e.member);
+  return nullptr;
+}
+
+}  // namespace
+
+result<model_desc> bind_model(const gguf_file& file) {
+  auto arch_name = file.get_string("general.architecture");
+  if (!arch_name) return arch_name.err();
+  model_desc d;
+  d.arch = find_arch(*arch_name);
+  if (!d.arch) {
+    std::string known;
+    for (auto a : known_archs()) known += (known.empty() ? "" : ", ") + std::string(a);
+    return make_error("unsupported architecture '", *arch_name, "' (known: ", known, ")");
+  }
+  auto hp = read_hparams(*d.arch, file);
+  if (!hp) return hp.err();
+  d.hp = *hp;
+  d.layers.resize(d.hp.n_layer);
+  for (const auto& spec : expected_tensors(*d.arch, d.hp)) {
+    const gguf_tensor* t = file.find_tensor(spec.name);
+    if (!t) return make_error("missing tensor ", spec.name, " (architecture ", d.arch->name, ")");
+    TANDEM_TRY(check_tensor(spec, *t));
+    if (spec.layer < 0) {
+      if (spec.name == "token_embd.weight") d.token_embd = t;
+      else if (spec.name == "output_norm.weight") d.output_norm = t;
+      else if (spec.name == "output.weight") d.output = t;
+      continue;
+    }
+    std::string prefix = "blk." + std::to_string(spec.layer) + ".";
+    const gguf_tensor** slot =
+        layer_slot(d.layers[spec.layer], std::string_view(spec.name).substr(prefix.size()));
+    if (!slot) return make_error("internal: no slot for tensor ", spec.name);
+    *slot = t;
+  }
+  if (d.hp.tied_output) d.output = d.token_embd;
+  return d;
+}
+
+result<loaded_model> load_model(const std::string& path) {
+  auto f = gguf_file::open(path);
+  if (!f) return f.err();
+  loaded_model m;
+  m.file = std::make_unique<gguf_file>(std::move(f.value()));
+  auto d = bind_model(*m.file);
+  if (!d) return make_error(path, ": ", d.message());
+  m.desc = std::move(d.value());
+  return m;
+}
+
+}  // namespace tandem

@@ -1,0 +1,146 @@
+// Generation loop with UTF-8-safe streaming and stop-string holdback.
+#include "runtime/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace tandem {
+
+std::string_view stop_reason_name(stop_reason r) {
+  switch (r) {
+    case stop_reason::max_tokens: return "max_tokens";
+    case stop_reason::stop_token: return "stop_token";
+    case stop_reason::stop_string: return "stop_string";
+    case stop_reason::context_limit: return "context_limit";
+    case stop_reason::cancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+size_t utf8_complete_prefix(std::string_view s) {
+  // Look back at most 3 bytes for the lead byte of a sequence that is still missing bytes.
+  const size_t n = s.size();
+  for (size_t back = 1; back <= std::min<size_t>(3, n); ++back) {
+    const auto c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
+    size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+    return need > back ? n - back : n;
+  }
+  return n;
+}
+
+std::string stop_string_filter::push(std::string_view text, bool& stopped) {
+  held_.append(text);
+  stopped = false;
+  size_t first = std::string::npos;
+  for (const auto& s : stops_) {
+    if (s.empty()) continue;
+    first = std::min(first, held_.find(s));
+  }
+  if (first != std::string::npos) {
+    stopped = true;
+    std::string out = held_.substr(0, first);
+    held_.clear();
+    return out;
+  }
+  // Hold back the longest tail of held_ that is a proper prefix of some stop string.
+  size_t keep = 0;
+  for (const auto& s : stops_)
+    for (size_t len = std::min(s.size() - (s.empty() ? 0 : 1), held_.size()); len > keep; --len)
+      if (held_.compare(held_.size() - len, len, s, 0, len) == 0) {
+        keep = len;
+        break;
+      }
+  std::string out = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return out;
+}
+
+std::string stop_string_filter::flush() {
+  std::string out;
+  out.swap(held_);
+  return out;
+}
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+result<generate_result> generate(backend& be, kv_cache& cache, int32_t seq,
+                                 std::span<const int32_t> prompt, const generate_params& params,
+                                 const token_text_fn& token_text, const text_fn& on_text) {
+  if (prompt.empty()) return make_error("the prompt is empty");
+  if (!cache.valid_seq(seq)) return make_error("sequence id ", seq, " is out of range");
+  const uint32_t n_ctx = cache.config().n_ctx;
+  if (prompt.size() > n_ctx)
+    return make_error("the prompt has ", prompt.size(), " tokens but the context size is ", n_ctx);
+  cache.clear(seq);
+  generate_result res;
+  res.n_prompt = prompt.size();
+  sampler smp(params.sampling);
+  for (int32_t t : prompt) smp.accept(t);
+
+  std::vector<float> logits;
+  auto t0 = std::chrono::steady_clock::now();
+  const size_t chunk = std::max<uint32_t>(1, params.n_batch);
+  for (size_t start = 0; start < prompt.size(); start += chunk) {
+    batch b;
+    const size_t end = std::min(prompt.size(), start + chunk);
+    for (size_t i = start; i < end; ++i) b.add(prompt[i], seq, int32_t(i), i + 1 == prompt.size());
+    status s = be.forward(b, cache, logits);
+    if (!s) {
+      cache.clear(seq);
+      return s.err();
+    }
+  }
+  res.prefill_seconds = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+
+  stop_string_filter filter(params.stop_strings);
+  std::string pending;  // bytes waiting for the rest of a UTF-8 character
+  auto emit = [&](const std::string& text) {
+    if (text.empty()) return true;
+    res.text += text;
+    return on_text ? on_text(text) : true;
+  };
+  res.reason = stop_reason::max_tokens;
+  for (int32_t n = 0; params.max_tokens < 0 || n < params.max_tokens; ++n) {
+    const int32_t tok = smp.sample(logits);
+    smp.accept(tok);
+    res.tokens.push_back(tok);
+    if (std::find(params.stop_tokens.begin(), params.stop_tokens.end(), tok) !=
+        params.stop_tokens.end()) {
+      res.reason = stop_reason::stop_token;
+      break;
+    }
+    pending += token_text(tok);
+    const size_t whole = utf8_complete_prefix(pending);
+    bool stopped = false;
+    std::string out = filter.push(std::string_view(pending).substr(0, whole), stopped);
+    pending.erase(0, whole);
+    if (!emit(out)) {
+      res.reason = stop_reason::cancelled;
+      break;
+    }
+    if (stopped) {
+      res.reason = stop_reason::stop_string;
+      break;
+    }
+    if (params.max_tokens >= 0 && n + 1 >= params.max_tokens) break;
+    if (cache.length(seq) >= n_ctx) {
+      res.reason = stop_reason::context_limit;
+      break;
+    }
+    batch b;
+    b.add(tok, seq, int32_t(cache.length(seq)), true);
+    TANDEM_TRY(be.forward(b, cache, logits));
+  }
+  if (res.reason != stop_reason::stop_string && res.reason != stop_reason::cancelled)
+    emit(filter.flush() + pending);
+  res.decode_seconds = seconds_since(t0);
+  return res;
+}
+
+}  // namespace tandem

@@ -1,0 +1,68 @@
+// The generation loop: prefill the prompt in chunks, then sample and decode one token at a time,
+// streaming text as it becomes whole UTF-8, until a stop token, a stop string, max_tokens or the
+// context limit.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/result.h"
+#include "runtime/sampler.h"
+
+namespace tandem {
+
+struct generate_params {
+  sampling_params sampling;
+  int32_t max_tokens = 256;               // < 0: until a stop or the context limit
+  std::vector<int32_t> stop_tokens;       // not emitted as text
+  std::vector<std::string> stop_strings;  // text is cut before the first match
+  uint32_t n_batch = 512;                 // prompt tokens per forward pass
+};
+
+enum class stop_reason { max_tokens, stop_token, stop_string, context_limit, cancelled };
+std::string_view stop_reason_name(stop_reason r);
+
+struct generate_result {
+  std::vector<int32_t> tokens;  // generated ids, the stop token included if one ended it
+  std::string text;             // everything passed to on_text
+  stop_reason reason = stop_reason::max_tokens;
+  size_t n_prompt = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;  // sampling + decode passes after the first token
+};
+
+// Bytes of one token (may be part of a UTF-8 character); the tokenizer's token_bytes.
+using token_text_fn = std::function<std::string(int32_t)>;
+// Receives text as it is produced; returning false cancels.
+using text_fn = std::function<bool(std::string_view)>;
+
+// Clears sequence `seq` in the cache, prefills `prompt` and generates. Errors come from the
+// backend (bad token ids, a prompt longer than the context) and leave no partial output.
+result<generate_result> generate(backend& be, kv_cache& cache, int32_t seq,
+                                 std::span<const int32_t> prompt, const generate_params& params,
+                                 const token_text_fn& token_text, const text_fn& on_text);
+
+// Length of the longest prefix of `s` that ends on a UTF-8 character boundary (an incomplete
+// trailing sequence is held back; invalid bytes are let through rather than stalling forever).
+size_t utf8_complete_prefix(std::string_view s);
+
+// Streams text while holding back anything that might still turn into a stop string.
+class stop_string_filter {
+ public:
+  explicit stop_string_filter(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+  // Adds text; returns what can be emitted now. Sets `stopped` when a stop string appeared
+  // (the returned text then ends just before it).
+  std::string push(std::string_view text, bool& stopped);
+  std::string flush();  // what is held back, when generation ends without a stop
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,36 @@
+// A model instance: the mapped GGUF file, its bound description, a backend holding the weights
+// and the KV cache that owns every sequence's state. What a tool or the scheduler drives.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "core/result.h"
+#include "model/model_desc.h"
+
+namespace tandem {
+
+struct instance_options {
+  unsigned n_threads = 0;  // CPU backend: 0 = all cores
+  kv_cache_config cache;   // n_ctx 0: the model's training context
+};
+
+class model_instance {
+ public:
+  // Opens the file, binds the model and builds the CPU backend and its cache.
+  static result<std::unique_ptr<model_instance>> open_cpu(const std::string& path,
+                                                          instance_options opt = {});
+
+  const gguf_file& file() const { return *model_.file; }
+  const model_desc& desc() const { return model_.desc; }
+  backend& be() { return *backend_; }
+  kv_cache& cache() { return *cache_; }
+
+ private:
+  loaded_model model_;
+  std::unique_ptr<backend> backend_;
+  std::unique_ptr<kv_cache> cache_;
+};
+
+}  // namespace tandem

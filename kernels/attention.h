@@ -1,0 +1,59 @@
+// Host launchers for attention over the paged KV cache: storing new K/V rows, a split-K kernel
+// for decode (any batch, CUDA cores), and the helpers of the prefill path that runs Q·Kᵀ and P·V
+// as cuBLAS GEMMs (gathering a sequence's K/V to contiguous fp16, a causal softmax).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/ggml_type.h"
+
+namespace tandem {
+
+// Writes n_tok rows of row_elems floats from k and v into slot slots[t] of the layer's caches
+// (layout [slot][row_elems], element type f16 or f32).
+cudaError_t launch_store_kv(const float* k, const float* v, void* k_cache, void* v_cache, ggml_type cache_type,
+                            const int32_t* slots, int n_tok, int row_elems, cudaStream_t stream);
+
+struct paged_attention_args {
+  const float* q = nullptr;         // [n_tok][n_head][head_dim]
+  const void* k_cache = nullptr;    // this layer: [slot][n_head_kv][head_dim]
+  const void* v_cache = nullptr;
+  ggml_type cache_type = ggml_type::f16;  // f16 or f32
+  float* out = nullptr;             // [n_tok][n_head][head_dim]
+  const int32_t* block_tables = nullptr;  // [n_tables][max_blocks] block ids
+  const int32_t* tok_table = nullptr;     // per token: its sequence's table row
+  const int32_t* tok_pos = nullptr;       // per token: position; it sees keys 0..pos; < 0: skip
+  int n_tok = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+  int block_size = 0, max_blocks = 0;
+  int max_kv = 0;                   // largest pos + 1 over the tokens (sizes the split)
+  float scale = 1.f;
+};
+
+// Floats of workspace that lets the decode kernel split each head's keys n_split ways.
+size_t paged_attention_work_floats(int n_tok, int n_head, int head_dim, int n_split);
+
+// out = softmax(scale · q·Kᵀ) · V per token and head (GQA: head h reads kv head h / (n_head /
+// n_head_kv)). head_dim must be 32, 64, 128 or 256. `work` (may be null) holds split partials;
+// the launcher picks the most splits that fit in work_floats (at most 32).
+cudaError_t launch_paged_attention(const paged_attention_args& a, float* work, size_t work_floats,
+                                   cudaStream_t stream);
+
+// out[h][j][d] (fp16) = the layer cache's row of kv head h at the sequence's position j, for
+// j < n_kv, via its block table (block_size slots per block).
+cudaError_t launch_gather_kv_f16(const void* cache, ggml_type cache_type, const int32_t* block_table,
+                                 int block_size, int n_kv, int n_head_kv, int head_dim, uint16_t* out,
+                                 cudaStream_t stream);
+
+// out[h][t][d] (fp16) = x[t][h][d] (float): per-head contiguous queries for a batched GEMM.
+cudaError_t launch_heads_to_f16(const float* x, int n_tok, int n_head, int head_dim, uint16_t* out,
+                                cudaStream_t stream);
+
+// Row r of s (n_rows rows of n_kv floats, query t = r % n_q at position pos0 + t) becomes the
+// softmax over keys 0..pos0+t, written as fp16 to p (keys past the query get 0).
+cudaError_t launch_causal_softmax(const float* s, int n_rows, int n_q, int n_kv, int pos0, uint16_t* p,
+                                  cudaStream_t stream);
+
+}  // namespace tandem

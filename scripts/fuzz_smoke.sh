@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Fuzz smoke test: builds the libFuzzer targets with clang (ASan + UBSan) in a separate build
+# directory and runs the GGUF reader fuzzer for FUZZ_SECONDS over a scratch copy of the seed
+# corpus. Exits non-zero on a build failure or on any crash, leak, sanitizer report or timeout;
+# the crashing input is kept under $FUZZ_BUILD_DIR/fuzz-artifacts/.
+#
+#   scripts/fuzz_smoke.sh                  # 60 s
+#   FUZZ_SECONDS=600 scripts/fuzz_smoke.sh
+#
+# Environment: FUZZ_SECONDS (60), FUZZ_BUILD_DIR (build-fuzz), CC/CXX (clang-14/clang++-14),
+# FUZZ_JOBS (1: parallel fuzzing processes), FUZZ_SOURCE_DIR (the repository root).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+src=${FUZZ_SOURCE_DIR:-$root}
+build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
+seconds=${FUZZ_SECONDS:-60}
+jobs=${FUZZ_JOBS:-1}
+cc=${CC:-clang-14}
+cxx=${CXX:-clang++-14}
+corpus_src=$root/tests/fuzz/corpus/gguf
+
+for tool in "$cc" "$cxx" cmake; do
+  command -v "$tool" >/dev/null || { echo "fuzz_smoke: $tool not found" >&2; exit 2; }
+done
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+
+# The fuzz target is GTest-free, but tests/fuzz is reached through tests/, hence TANDEM_TESTS=ON;
+# only the fuzz target is built.
+mkdir -p "$build"
+cmake -S "$src" -B "$build" "${generator[@]}" \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DTANDEM_FUZZ=ON -DTANDEM_CUDA=OFF -DTANDEM_TESTS=ON >"$build/fuzz-configure.log" 2>&1 || {
+  cat "$build/fuzz-configure.log" >&2
+  echo "fuzz_smoke: configure failed" >&2
+  exit 2
+}
+cmake --build "$build" --target gguf_reader_fuzz
+fuzzer=$(find "$build" -type f -name gguf_reader_fuzz -perm -u+x | head -n 1)
+[[ -n "$fuzzer" ]] || { echo "fuzz_smoke: gguf_reader_fuzz was not built" >&2; exit 2; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cp -r "$corpus_src" "$work/corpus"
+artifacts=$build/fuzz-artifacts
+mkdir -p "$artifacts"
+
+echo "fuzz_smoke: running $fuzzer for ${seconds}s over $(ls "$work/corpus" | wc -l) seeds"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+status=0
+args=(-max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024
+      -print_final_stats=1 -artifact_prefix="$artifacts/")
+if [[ "$jobs" -gt 1 ]]; then
+  args+=(-fork="$jobs" -ignore_crashes=0)
+fi
+"$fuzzer" "${args[@]}" "$work/corpus" || status=$?
+if [[ $status -ne 0 ]]; then
+  echo "fuzz_smoke: FAILED (exit $status); reproduce with: $fuzzer $artifacts/<crash file>" >&2
+  ls -l "$artifacts" >&2 || true
+  exit 1
+fi
+echo "fuzz_smoke: OK (${seconds}s, no crash)"

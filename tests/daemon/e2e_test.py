@@ -1,0 +1,408 @@
+#!/usr/bin/python3
+"""End-to-end tests of tandemd with the real engine and a tiny generated model, spoken to by a
+raw-protocol client (python3-msgpack) and, when given, the real `tandem` client.
+
+usage: e2e_test.py --tandemd PATH --tandem-model PATH [--tandem PATH] [TEST ...]
+"""
+import argparse, os, signal, socket, struct, subprocess, sys, tempfile, threading, time, traceback
+
+import msgpack
+
+ARGS = None
+TMP = None
+
+
+class Client:
+    """A raw tandem-protocol(7) client: u32 big-endian length + one msgpack map."""
+
+    def __init__(self, path):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(60)
+        self.s.connect(path)
+
+    def send(self, msg):
+        body = msgpack.packb(msg)
+        self.s.sendall(struct.pack(">I", len(body)) + body)
+
+    def send_raw(self, data):
+        self.s.sendall(data)
+
+    def _read(self, n):
+        b = b""
+        while len(b) < n:
+            chunk = self.s.recv(n - len(b))
+            if not chunk:
+                raise EOFError("daemon closed the connection")
+            b += chunk
+        return b
+
+    def recv(self):
+        (n,) = struct.unpack(">I", self._read(4))
+        return msgpack.unpackb(self._read(n), raw=False)
+
+    def call(self, msg):
+        self.send(msg)
+        while True:
+            r = self.recv()
+            if r.get("id") == msg["id"] and ("result" in r or "error" in r):
+                return r
+
+    def close(self):
+        self.s.close()
+
+
+class Daemon:
+    def __init__(self, models, extra=(), env=None, socket_path=None, pass_fds=(), preexec=None, wait=True,
+                 wrapper=()):
+        self.sock = socket_path or os.path.join(TMP, "d%d.sock" % time.monotonic_ns())
+        cmd = list(wrapper) + [ARGS.tandemd, "--socket", self.sock, "--threads", "1", "--config", os.devnull]
+        for alias, path in models:
+            cmd += ["--model", "%s=%s" % (alias, path)]
+        cmd += list(extra)
+        self.n_models = len(models)
+        self.log = open(os.path.join(TMP, "tandemd.log"), "ab")
+        self.p = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, env=env, pass_fds=pass_fds,
+                                  preexec_fn=preexec)
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.p.poll() is not None:
+                raise AssertionError("tandemd exited with %s" % self.p.returncode)
+            try:
+                c = Client(self.sock)
+                r = c.call({"id": 1, "op": "models"})
+                c.close()
+                ms = r["result"]["models"]
+                if len(ms) == self.n_models and all(m["state"] == "resident" for m in ms):
+                    return
+            except (FileNotFoundError, ConnectionRefusedError):
+                pass
+            time.sleep(0.05)
+        raise AssertionError("tandemd did not become ready")
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+        rc = self.p.wait(timeout=60)
+        self.log.close()
+        return rc
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def make_model(name, seed):
+    path = os.path.join(TMP, name)
+    if not os.path.exists(path):
+        subprocess.run([ARGS.tandem_model, "make", "--preset", "tiny", "--seed", str(seed), "-o", path],
+                       check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def generate(c, rid, prompt="hello", n=8, stream=True, **kw):
+    """Runs one generation; returns (chunks, final reply)."""
+    msg = {"id": rid, "op": "generate", "prompt": prompt, "max_tokens": n, "stream": stream, **kw}
+    c.send(msg)
+    chunks = []
+    while True:
+        r = c.recv()
+        check(r.get("id") == rid, "reply for another id: %r" % r)
+        if "chunk" in r:
+            chunks.append(r["chunk"])
+        else:
+            return chunks, r
+
+
+# --- tests --------------------------------------------------------------------------------------
+
+def test_streamed_generation(model):
+    d = Daemon([("default", model)])
+    try:
+        c = Client(d.sock)
+        hello = c.call({"id": 1, "op": "hello", "client": "e2e"})
+        check(hello["result"]["protocol"] == 1, "hello: %r" % hello)
+        chunks, final = generate(c, 2, n=12, temperature=0)
+        res = final["result"]
+        check(res["generated_tokens"] >= 1 and res["prompt_tokens"] >= 1, "counts: %r" % res)
+        check(res["finish_reason"] in ("length", "stop"), "finish: %r" % res)
+        check(res["prefill_tok_s"] > 0, "prefill rate: %r" % res)
+        check(len(chunks) >= 1, "no streamed chunks")
+        # Greedy is deterministic, and stream=false returns the same text in one reply.
+        _, again = generate(c, 3, n=12, temperature=0, stream=False)
+        check(again["result"]["text"] == "".join(chunks), "stream and non-stream text differ")
+        tok = c.call({"id": 4, "op": "tokenize", "text": "hello world"})
+        check(tok["result"]["count"] == len(tok["result"]["tokens"]) > 0, "tokenize: %r" % tok)
+        det = c.call({"id": 5, "op": "detokenize", "tokens": tok["result"]["tokens"]})
+        check("hello world" in det["result"]["text"], "detokenize: %r" % det)
+        st = c.call({"id": 6, "op": "status"})["result"]
+        check(st["models"][0]["state"] == "resident" and st["uptime_seconds"] >= 0, "status: %r" % st)
+        chat = c.call({"id": 7, "op": "generate", "messages": [{"role": "user", "content": "hi"}],
+                       "max_tokens": 4, "stream": False})
+        check("result" in chat, "chat: %r" % chat)
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def test_bad_input_keeps_serving(model):
+    d = Daemon([("default", model)])
+    try:
+        c = Client(d.sock)
+        r = c.call({"id": 9, "op": "nope"})
+        check(r["error"]["code"] == "unknown_op", "unknown op: %r" % r)
+        r = c.call({"id": 10, "op": "generate", "prompt": "x", "temperature": float("nan")})
+        check(r["error"]["code"] == "bad_request", "nan: %r" % r)
+        c.send_raw(struct.pack(">I", 1) + b"\xc1")  # a frame holding invalid msgpack
+        r = c.recv()
+        check(r["error"]["code"] == "bad_frame" and r["id"] is None, "bad msgpack: %r" % r)
+        check("result" in c.call({"id": 11, "op": "hello"}), "connection unusable after a bad body")
+        c.send_raw(struct.pack(">I", 0xFFFFFFFF))  # over the cap: refused, connection closed
+        r = c.recv()
+        check(r["error"]["code"] == "bad_frame", "huge frame: %r" % r)
+        try:
+            c.recv()
+            check(False, "connection stayed open after a framing error")
+        except (EOFError, ConnectionResetError):
+            pass
+        c2 = Client(d.sock)
+        check("result" in c2.call({"id": 1, "op": "hello"}), "daemon stopped serving")
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def test_multiplexed_and_cancel(model):
+    d = Daemon([("default", model)], extra=["--queue-depth", "8"])
+    try:
+        c = Client(d.sock)
+        for rid in (101, 102, 103):
+            c.send({"id": rid, "op": "generate", "prompt": "p%d" % rid, "max_tokens": 6})
+        c.send({"id": 200, "op": "generate", "prompt": "long", "max_tokens": 2000})
+        c.send({"id": 201, "op": "cancel", "target": 200})
+        finals = {}
+        while len(finals) < 5:
+            r = c.recv()
+            if "result" in r or "error" in r:
+                finals[r["id"]] = r
+        for rid in (101, 102, 103):
+            check("result" in finals[rid], "request %d: %r" % (rid, finals[rid]))
+        check(finals[201]["result"]["cancelled"] is True, "cancel reply: %r" % finals[201])
+        check(finals[200]["result"]["finish_reason"] == "cancelled", "cancelled gen: %r" % finals[200])
+        # A duplicate id in flight is refused.
+        c.send({"id": 300, "op": "generate", "prompt": "a", "max_tokens": 50})
+        c.send({"id": 300, "op": "generate", "prompt": "b", "max_tokens": 5})
+        seen = []
+        while len(seen) < 2:
+            r = c.recv()
+            if "result" in r or "error" in r:
+                seen.append(r)
+        check(any(r.get("error", {}).get("code") == "duplicate_id" for r in seen), "dup id: %r" % seen)
+        # A client that disconnects has its generation cancelled promptly.
+        c2 = Client(d.sock)
+        c2.send({"id": 1, "op": "generate", "prompt": "bye", "max_tokens": 2000})
+        time.sleep(0.2)
+        c2.close()
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            st = c.call({"id": 400, "op": "status"})["result"]
+            if st["in_flight"] == 0 and not st["models"][0]["running"]:
+                break
+            time.sleep(0.05)
+        check(st["in_flight"] == 0, "disconnected request still running: %r" % st)
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def test_hot_swap_under_load(model):
+    other = make_model("tiny_b.gguf", 7)
+    corrupt = os.path.join(TMP, "corrupt.gguf")
+    with open(corrupt, "wb") as f:
+        f.write(b"GGUF" + os.urandom(4096))
+    d = Daemon([("default", model)], extra=["--queue-depth", "64"])
+    failures, done = [], []
+    stop = threading.Event()
+
+    def worker(k):
+        try:
+            c = Client(d.sock)
+            rid = 1
+            while not stop.is_set():
+                chunks, final = generate(c, rid, prompt="client %d" % k, n=6)
+                if "result" not in final:
+                    failures.append(final)
+                else:
+                    done.append(rid)
+                rid += 1
+            c.close()
+        except Exception as e:  # noqa: BLE001 - any failure counts
+            failures.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        admin = Client(d.sock)
+        for i in range(3):
+            time.sleep(0.3)
+            r = admin.call({"id": 1000 + i, "op": "swap", "name": "default", "path": other if i % 2 == 0 else model})
+            check("result" in r, "swap %d: %r" % (i, r))
+        r = admin.call({"id": 2000, "op": "swap", "name": "default", "path": corrupt})
+        check(r.get("error", {}).get("code") == "load_failed", "corrupt swap: %r" % r)
+        # Debug builds generate slowly: keep the load on until enough requests went through.
+        deadline = time.time() + 120
+        while len(done) < 8 and time.time() < deadline and not failures:
+            time.sleep(0.1)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        models = admin.call({"id": 3000, "op": "models"})["result"]["models"]
+        check(models[0]["path"] == other and models[0]["swaps"] == 3, "after swaps: %r" % models)
+        check(not failures, "failed requests during swaps: %r" % failures[:3])
+        check(len(done) >= 8, "too few requests completed: %d" % len(done))
+    finally:
+        stop.set()
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def test_admin_ops(model):
+    d = Daemon([])
+    try:
+        c = Client(d.sock)
+        r = c.call({"id": 1, "op": "generate", "prompt": "x"})
+        check(r["error"]["code"] == "not_found", "no model: %r" % r)
+        r = c.call({"id": 2, "op": "load", "name": "m", "path": model})
+        check(r["result"]["model"]["arch"] != "", "load: %r" % r)
+        r = c.call({"id": 3, "op": "load", "name": "m", "path": model})
+        check(r["error"]["code"] == "exists", "load twice: %r" % r)
+        r = c.call({"id": 4, "op": "load", "name": "x", "path": os.path.join(TMP, "missing.gguf")})
+        check(r["error"]["code"] == "load_failed", "load missing: %r" % r)
+        _, final = generate(c, 5, n=3)
+        check(final["result"]["model"] == "m", "default alias: %r" % final)
+        r = c.call({"id": 6, "op": "unload", "name": "m"})
+        check("result" in r, "unload: %r" % r)
+        r = c.call({"id": 7, "op": "models"})
+        check(r["result"]["models"] == [], "models after unload: %r" % r)
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def test_systemd_notify(model):
+    ns_path = os.path.join(TMP, "notify.sock")
+    ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ns.bind(ns_path)
+    ns.settimeout(60)
+    env = dict(os.environ, NOTIFY_SOCKET=ns_path)
+    d = Daemon([("default", model)], env=env, wait=False)
+    msgs = []
+
+    def until(prefix):
+        while True:
+            m = ns.recv(4096).decode()
+            msgs.extend(m.split("\n"))
+            if any(x.startswith(prefix) for x in m.split("\n")):
+                return
+
+    try:
+        until("READY=1")
+        check(any(m.startswith("STATUS=loading default") for m in msgs), "no loading STATUS: %r" % msgs)
+        # READY comes only once the model is resident and the socket listens.
+        c = Client(d.sock)
+        check(c.call({"id": 1, "op": "models"})["result"]["models"][0]["state"] == "resident", "not resident")
+        c.close()
+        d.p.send_signal(signal.SIGHUP)
+        until("READY=1")
+        check("RELOADING=1" in msgs, "SIGHUP: %r" % msgs)
+        d.p.send_signal(signal.SIGTERM)
+        until("STOPPING=1")
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+        ns.close()
+
+
+def test_socket_activation(model):
+    path = os.path.join(TMP, "activated.sock")
+    ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ls.bind(path)
+    ls.listen(16)
+    fd = ls.fileno()
+
+    def as_fd3():
+        os.dup2(fd, 3)
+
+    env = dict(os.environ, LISTEN_FDS="1", LISTEN_FDNAMES="tandemd.socket")
+    bogus = os.path.join(TMP, "not-used.sock")
+    # LISTEN_PID must be tandemd's pid: the shell sets it to its own and then execs tandemd.
+    wrapper = ["/bin/sh", "-c", 'LISTEN_PID=$$ exec "$0" "$@"']
+    d = Daemon([("default", model)], env=env, socket_path=bogus, pass_fds=(fd, 3), preexec=as_fd3, wait=False,
+               wrapper=wrapper)
+    d.sock = path
+    try:
+        d.wait_ready()
+        c = Client(path)
+        _, final = generate(c, 1, n=3)
+        check("result" in final, "activated socket: %r" % final)
+        check(not os.path.exists(bogus), "bound its own socket despite activation")
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+        ls.close()
+
+
+def test_client_cli(model):
+    if not ARGS.tandem:
+        print("  (skipped: no --tandem)")
+        return
+    d = Daemon([("default", model)])
+    try:
+        env = dict(os.environ, TANDEM_SOCKET=d.sock)
+        r = subprocess.run([ARGS.tandem, "run", "hello", "--max-tokens", "5"], env=env, capture_output=True, timeout=60)
+        check(r.returncode == 0, "tandem run: %r" % (r,))
+        r = subprocess.run([ARGS.tandem, "run", "default", "--max-tokens", "5"], input=b"from stdin", env=env,
+                           capture_output=True, timeout=60)
+        check(r.returncode == 0, "tandem run (stdin): %r" % (r,))
+        r = subprocess.run([ARGS.tandem, "--json", "status"], env=env, capture_output=True, timeout=60)
+        check(r.returncode == 0 and b'"models"' in r.stdout, "tandem status: %r" % (r,))
+        r = subprocess.run([ARGS.tandem, "models"], env=env, capture_output=True, timeout=60)
+        check(r.returncode == 0 and b"default" in r.stdout, "tandem models: %r" % (r,))
+        r = subprocess.run([ARGS.tandem, "swap", "default", os.path.join(TMP, "missing.gguf")], env=env,
+                           capture_output=True, timeout=60)
+        check(r.returncode != 0 and b"load_failed" in r.stderr, "tandem swap missing: %r" % (r,))
+        r = subprocess.run([ARGS.tandem, "--socket", os.path.join(TMP, "nobody.sock"), "status"],
+                           capture_output=True, timeout=60)
+        check(r.returncode not in (0, 1), "no daemon must be its own exit code: %r" % (r,))
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def main():
+    global ARGS, TMP
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tandemd", required=True)
+    ap.add_argument("--tandem-model", required=True)
+    ap.add_argument("--tandem")
+    ap.add_argument("tests", nargs="*")
+    ARGS = ap.parse_args()
+    TMP = tempfile.mkdtemp(prefix="tandem-e2e-")
+    model = make_model("tiny.gguf", 1)
+    tests = [(n, f) for n, f in globals().items() if n.startswith("test_")]
+    if ARGS.tests:
+        tests = [(n, f) for n, f in tests if n[5:] in ARGS.tests or n in ARGS.tests]
+    failed = 0
+    for name, fn in tests:
+        t0 = time.time()
+        try:
+            fn(model)
+            print("PASS %s (%.1fs)" % (name, time.time() - t0))
+        except Exception:  # noqa: BLE001
+            failed += 1
+            print("FAIL %s" % name)
+            traceback.print_exc()
+    if failed:
+        print("tandemd log: %s" % os.path.join(TMP, "tandemd.log"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+// Rendered prompts must equal what HF's apply_chat_template gives for the real Qwen3, Llama 3 and
+// SmolLM2 templates; detection, fallbacks and stop tokens.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "chat/chat_template.h"
+#include "gguf/gguf_reader.h"
+#include "test_vocabularies.h"
+#include "tokenizer/vocab_gguf.h"
+
+namespace tandem {
+namespace {
+
+using json = nlohmann::json;
+
+const json& golden() {
+  static const json g = [] {
+    auto text = test::read_file(test::source_dir() + "/tests/reference/tokenizer/chat_golden.json");
+    return text ? json::parse(*text) : json();
+  }();
+  return g;
+}
+
+// The real template source for a golden key, when the file holding it is on this machine.
+std::optional<std::string> template_source(const std::string& key) {
+  if (key == "smollm2") {
+    auto path = test::find_vocabulary("smollm2");
+    if (!path) return std::nullopt;
+    auto f = gguf_file::open(*path);
+    if (!f) return std::nullopt;
+    auto t = f->get_string("tokenizer.chat_template");
+    return t ? std::optional<std::string>(*t) : std::nullopt;
+  }
+  auto path = test::find_vocabulary(key);
+  if (!path) return std::nullopt;
+  auto cfg = test::read_file(std::filesystem::path(*path).parent_path().string() + "/tokenizer_config.json");
+  if (!cfg) return std::nullopt;
+  return json::parse(*cfg).value("chat_template", std::string());
+}
+
+// What each template is known to be, for machines without the source files.
+chat_template known_template(const std::string& key) {
+  chat_template t;
+  if (key == "qwen3") t.format = chat_format::qwen3;
+  if (key == "llama3") {
+    t.format = chat_format::llama3;
+    t.always_generation_prompt = true;  // this Llama 3 template has no add_generation_prompt test
+  }
+  if (key == "smollm2") {
+    t.format = chat_format::chatml;
+    t.default_system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+  }
+  return t;
+}
+
+class golden_test : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(golden_test, renders_like_apply_chat_template) {
+  ASSERT_TRUE(golden().contains("templates")) << "chat_golden.json missing";
+  const std::string key = GetParam();
+  if (!golden()["templates"].contains(key)) GTEST_SKIP() << "no golden prompts for " << key;
+  chat_template tpl = known_template(key);
+  if (auto src = template_source(key)) {
+    chat_template detected = detect_chat_template(*src);
+    EXPECT_EQ(chat_format_name(detected.format), chat_format_name(tpl.format));
+    EXPECT_EQ(detected.default_system, tpl.default_system);
+    EXPECT_EQ(detected.always_generation_prompt, tpl.always_generation_prompt);
+    tpl = detected;
+  } else {
+    std::printf("%s: template source not found; checking the built-in format only\n", key.c_str());
+  }
+  if (tpl.format == chat_format::llama3) tpl.bos_text = "<|begin_of_text|>";
+  size_t n = 0;
+  for (const json& c : golden()["templates"][key]["cases"]) {
+    std::vector<chat_message> msgs;
+    for (const json& m : golden()["conversations"][c["conversation"].get<std::string>()]) {
+      msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    }
+    chat_options opt;
+    opt.add_generation_prompt = c["options"]["add_generation_prompt"].get<bool>();
+    if (c["options"].contains("enable_thinking")) {
+      opt.enable_thinking = c["options"]["enable_thinking"].get<bool>();
+    }
+    auto text = render_chat(tpl, msgs, opt);
+    ASSERT_TRUE(text.ok()) << text.message();
+    EXPECT_EQ(*text, c["expected"].get<std::string>())
+        << key << " / " << c["conversation"] << " / " << c["options"].dump();
+    ++n;
+  }
+  EXPECT_GT(n, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(templates, golden_test, ::testing::Values("qwen3", "llama3", "smollm2"),
+                         [](const auto& info) { return info.param; });
+
+TEST(chat_template, detection_fallbacks_and_names) {
+  EXPECT_EQ(detect_chat_template("").format, chat_format::raw);
+  const chat_template unknown = detect_chat_template("{{ messages[0].content }}[INST]");
+  EXPECT_EQ(unknown.format, chat_format::chatml);
+  EXPECT_FALSE(unknown.warning.empty());
+  EXPECT_EQ(*chat_format_from_name("llama3"), chat_format::llama3);
+  auto bad = chat_format_from_name("vicuna");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("vicuna"), std::string::npos);
+}
+
+TEST(chat_template, raw_concatenates_and_rejects_bad_utf8) {
+  chat_template raw;
+  std::vector<chat_message> msgs{{"user", "ab"}, {"assistant", "cd"}};
+  EXPECT_EQ(*render_chat(raw, msgs), "abcd");
+  msgs.push_back({"user", "\xFF"});
+  auto r = render_chat(raw, msgs);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("message 2"), std::string::npos);
+}
+
+TEST(chat_template, stop_tokens_from_vocabulary_and_format) {
+  for (const std::string name : {"qwen3", "llama3", "smollm2"}) {
+    auto path = test::find_vocabulary(name);
+    if (!path) continue;
+    auto tok = test::load_vocabulary(name, *path);
+    ASSERT_TRUE(tok.ok()) << tok.message();
+    auto tpl = chat_template_for(*tok);
+    ASSERT_TRUE(tpl.ok()) << tpl.message();
+    const auto stops = chat_stop_tokens(*tpl, *tok);
+    auto has = [&](int32_t id) { return std::find(stops.begin(), stops.end(), id) != stops.end(); };
+    if (name == "qwen3") {
+      EXPECT_EQ(tpl->format, chat_format::qwen3);
+      EXPECT_TRUE(has(151645) && has(151643)) << "im_end and endoftext";
+    } else if (name == "llama3") {
+      EXPECT_EQ(tpl->format, chat_format::llama3);
+      EXPECT_EQ(tpl->bos_text, "<|begin_of_text|>");
+      EXPECT_TRUE(has(128009) && has(128001)) << "eot_id and end_of_text";
+    } else {
+      EXPECT_EQ(tpl->format, chat_format::chatml);
+      EXPECT_TRUE(has(2) && has(0)) << "im_end and endoftext";
+    }
+    // Rendering then encoding with parse_special turns the markers into single control tokens.
+    std::vector<chat_message> msgs{{"user", "Hi"}};
+    auto prompt = render_chat(*tpl, msgs);
+    ASSERT_TRUE(prompt.ok());
+    auto ids = tok->encode(*prompt, {.parse_special = true});
+    ASSERT_TRUE(ids.ok());
+    EXPECT_TRUE(std::any_of(ids->begin(), ids->end(),
+                            [&](int32_t id) { return tok->type_of(id) == token_type::control; }));
+  }
+}
+
+}  // namespace
+}  // namespace tandem

