@@ -5,6 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
+# The default model (SmolLM2) feeds the tokenizer and model-quality tests; they skip without it.
+if [ -z "${TANDEM_SMOLLM2_GGUF:-}" ]; then
+  TANDEM_SMOLLM2_GGUF=$(bash scripts/fetch_model.sh) || TANDEM_SMOLLM2_GGUF=
+  export TANDEM_SMOLLM2_GGUF
+fi
 build=${BUILD_DIR:-build}
 archs=${TANDEM_CUDA_ARCHS:-}
 if [ -z "$archs" ]; then

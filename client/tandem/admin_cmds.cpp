@@ -127,18 +127,19 @@ int run_tokenize(const global_options& g, const admin_options& o) {
   });
 }
 
-void add_simple(CLI::App& app, const global_options& g, action& act, const char* name, const char* help,
-                std::function<void(const json&)> show) {
+// A command that is one request without arguments (`ps` asks for `models`, shown differently).
+void add_simple(CLI::App& app, const global_options& g, action& act, const char* name, const char* op,
+                const char* help, std::function<void(const json&)> show) {
   auto* cmd = app.add_subcommand(name, help);
-  cmd->callback([&g, &act, name, show] { act = [&g, name, show] { return one_call(g, {{"op", name}}, show); }; });
+  cmd->callback([&g, &act, op, show] { act = [&g, op, show] { return one_call(g, {{"op", op}}, show); }; });
 }
 
 }  // namespace
 
 void add_admin_commands(CLI::App& app, const global_options& g, action& act) {
-  add_simple(app, g, act, "ps", "List loaded models with their memory, backend and state", show_ps);
-  add_simple(app, g, act, "models", "List every model alias the daemon knows", show_models);
-  add_simple(app, g, act, "status", "Show the daemon's version, uptime, load and memory", show_status);
+  add_simple(app, g, act, "ps", "models", "List loaded models with their memory, backend and state", show_ps);
+  add_simple(app, g, act, "models", "models", "List every model alias the daemon knows", show_models);
+  add_simple(app, g, act, "status", "status", "Show the daemon's version, uptime, load and memory", show_status);
   auto o = std::make_shared<admin_options>();
 
   auto* load = app.add_subcommand("load", "Load a GGUF file under a new alias");

@@ -166,8 +166,9 @@ void print_tokenizer(const json& t) {
               text_of(t["pre"]).c_str(), t["n_tokens"].dump().c_str(), t["n_merges"].dump().c_str());
   for (const char* which : {"bos", "eos", "padding"}) {
     const json& id = t[std::string(which) + "_token_id"];
+    const json& text = t[std::string(which) + "_token"];
     std::printf("  %-8s %s %s\n", which, id.is_null() ? "(not set)" : id.dump().c_str(),
-                text_of(t[std::string(which) + "_token"]).c_str());
+                text.is_null() ? "" : text_of(text).c_str());
   }
   std::printf("  add_bos  %s\n", text_of(t["add_bos_token"]).c_str());
   if (t["has_chat_template"].get<bool>())

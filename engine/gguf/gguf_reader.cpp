@@ -124,8 +124,9 @@ bool integer_of(const gguf_value& v, bool& negative, uint64_t& magnitude) {
 }
 
 std::string int_text(bool negative, uint64_t magnitude) {
-  std::string s = negative ? "-" : "";
-  s += std::to_string(magnitude);
+  // Built this way round: `"-" + to_string` trips a false -Wrestrict in GCC 12.
+  std::string s = std::to_string(magnitude);
+  if (negative) s.insert(s.begin(), '-');
   return s;
 }
 

@@ -45,21 +45,23 @@ float search_symmetric_scale(int n, int nmax, const float* x, const float* w, in
     for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.0f;
   }
-  int8_t cand[max_group];
   float best_score = -1.0f;  // sum(wxL)^2 / sum(wL^2); larger is better
   float best_scale = 0.0f;
+  float best_iscale = 0.0f;
+  // Scores a candidate without storing its levels (keeps the loop vectorizable); the winner's
+  // levels are recomputed at the end with the same expression.
   auto try_iscale = [&](float iscale) {
     float sxl = 0.0f, sll = 0.0f;
+    TANDEM_SIMD_SUM(sxl, sll)
     for (int i = 0; i < n; ++i) {
-      const int l = clamp_int(round_int(iscale * x[i]), -nmax, nmax - 1);
-      cand[i] = static_cast<int8_t>(l);
-      sxl += w[i] * x[i] * static_cast<float>(l);
-      sll += w[i] * static_cast<float>(l * l);
+      const float l = static_cast<float>(clamp_int(round_int(iscale * x[i]), -nmax, nmax - 1));
+      sxl += w[i] * x[i] * l;
+      sll += w[i] * l * l;
     }
     if (sll > 0.0f && sxl * sxl > best_score * sll) {
       best_score = sxl * sxl / sll;
       best_scale = sxl / sll;
-      for (int i = 0; i < n; ++i) L[i] = cand[i];
+      best_iscale = iscale;
       return true;
     }
     return false;
@@ -70,6 +72,7 @@ float search_symmetric_scale(int n, int nmax, const float* x, const float* w, in
   for (int it = 0; it < 4 && best_scale != 0.0f; ++it) {
     if (!try_iscale(1.0f / best_scale)) break;
   }
+  for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(clamp_int(round_int(best_iscale * x[i]), -nmax, nmax - 1));
   return best_scale;
 }
 
@@ -118,10 +121,16 @@ affine_fit search_affine_scale(int n, int nmax, const float* x, const float* w, 
     return {0.0f, lo};
   }
 
-  auto error_of = [&](const uint8_t* lv, float s, float m) {
+  // Levels of a candidate, recomputed where needed instead of stored (keeps the loops
+  // vectorizable); the winner's levels are written to L at the end.
+  auto level = [&](float iscale, float origin, int i) {
+    return static_cast<float>(clamp_int(round_int(iscale * (x[i] - origin)), 0, nmax));
+  };
+  auto error_of = [&](float iscale, float origin, float s, float m) {
     float e = 0.0f;
+    TANDEM_SIMD_SUM(e)
     for (int i = 0; i < n; ++i) {
-      const float diff = s * static_cast<float>(lv[i]) + m - x[i];
+      const float diff = s * level(iscale, origin, i) + m - x[i];
       e += w[i] * diff * diff;
     }
     return e;
@@ -129,19 +138,14 @@ affine_fit search_affine_scale(int n, int nmax, const float* x, const float* w, 
 
   // Start from the naive fit.
   affine_fit best{(hi - lo) / static_cast<float>(nmax), lo};
-  {
-    const float iscale = static_cast<float>(nmax) / (hi - lo);
-    for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(clamp_int(round_int(iscale * (x[i] - lo)), 0, nmax));
-  }
-  float best_err = error_of(L, best.scale, best.offset);
+  float best_iscale = static_cast<float>(nmax) / (hi - lo), best_origin = lo;
+  float best_err = error_of(best_iscale, best_origin, best.scale, best.offset);
 
-  uint8_t cand[max_group];
   auto try_fit = [&](float iscale, float origin) {
     float sl = 0.0f, sll = 0.0f, sxl = 0.0f;
+    TANDEM_SIMD_SUM(sl, sll, sxl)
     for (int i = 0; i < n; ++i) {
-      const int l = clamp_int(round_int(iscale * (x[i] - origin)), 0, nmax);
-      cand[i] = static_cast<uint8_t>(l);
-      const float fl = static_cast<float>(l);
+      const float fl = level(iscale, origin, i);
       sl += w[i] * fl;
       sll += w[i] * fl * fl;
       sxl += w[i] * fl * x[i];
@@ -155,11 +159,12 @@ affine_fit search_affine_scale(int n, int nmax, const float* x, const float* w, 
       s = sxl / sll;
     }
     if (!(s > 0.0f)) return false;
-    const float err = error_of(cand, s, m);
+    const float err = error_of(iscale, origin, s, m);
     if (err < best_err) {
       best_err = err;
       best = {s, m};
-      for (int i = 0; i < n; ++i) L[i] = cand[i];
+      best_iscale = iscale;
+      best_origin = origin;
       return true;
     }
     return false;
@@ -171,6 +176,7 @@ affine_fit search_affine_scale(int n, int nmax, const float* x, const float* w, 
   for (int it = 0; it < 4; ++it) {
     if (!try_fit(1.0f / best.scale, best.offset)) break;
   }
+  for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(level(best_iscale, best_origin, i));
   return best;
 }
 

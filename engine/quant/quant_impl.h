@@ -23,10 +23,16 @@
 // -fopenmp-simd (set by quant/CMakeLists.txt, which then defines TANDEM_QUANT_OMP_SIMD) GCC
 // vectorizes such loops directly instead of first unrolling them completely and then doing a poor
 // job with the straight-line code. Without the flag it is a no-op.
+// TANDEM_SIMD_SUM(a, b) additionally lets the loop's float sums a, b be reassociated (split
+// into vector lanes): used by the quantizers' searches, which are not multiversioned, so a given
+// binary still quantizes identically on every CPU.
 #if defined(TANDEM_QUANT_OMP_SIMD)
-#define TANDEM_SIMD _Pragma("omp simd")
+#define TANDEM_PRAGMA(x) _Pragma(#x)
+#define TANDEM_SIMD TANDEM_PRAGMA(omp simd)
+#define TANDEM_SIMD_SUM(...) TANDEM_PRAGMA(omp simd reduction(+ : __VA_ARGS__))
 #else
 #define TANDEM_SIMD
+#define TANDEM_SIMD_SUM(...)
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)

@@ -25,6 +25,14 @@ constexpr float tiny = 1e-30f;
 float affine_error(int n, int nmax, const float* x, const float* w, float ds, float dm, uint8_t* L) {
   const float ids = ds > 0.0f ? 1.0f / ds : 0.0f;
   float err = 0.0f;
+  if (!L) {  // scoring only: vectorizable
+    TANDEM_SIMD_SUM(err)
+    for (int i = 0; i < n; ++i) {
+      const float diff = ds * static_cast<float>(clamp_int(round_int((x[i] + dm) * ids), 0, nmax)) - dm - x[i];
+      err += w[i] * diff * diff;
+    }
+    return err;
+  }
   for (int i = 0; i < n; ++i) {
     const int q = clamp_int(round_int((x[i] + dm) * ids), 0, nmax);
     const float diff = ds * static_cast<float>(q) - dm - x[i];
@@ -38,6 +46,14 @@ float affine_error(int n, int nmax, const float* x, const float* w, float ds, fl
 float symmetric_error(int n, int nmax, const float* x, const float* w, float ds, int8_t* L) {
   const float ids = ds != 0.0f ? 1.0f / ds : 0.0f;
   float err = 0.0f;
+  if (!L) {  // scoring only: vectorizable
+    TANDEM_SIMD_SUM(err)
+    for (int i = 0; i < n; ++i) {
+      const float diff = ds * static_cast<float>(clamp_int(round_int(x[i] * ids), -nmax, nmax - 1)) - x[i];
+      err += w[i] * diff * diff;
+    }
+    return err;
+  }
   for (int i = 0; i < n; ++i) {
     const int q = clamp_int(round_int(x[i] * ids), -nmax, nmax - 1);
     const float diff = ds * static_cast<float>(q) - x[i];

@@ -299,6 +299,47 @@ TEST_F(TandemModel, BadInputFailsWithAMessage) {
   EXPECT_EQ(r.code, 2);
 }
 
+std::vector<std::string> tokens_of(const std::string& file) {
+  auto f = tandem::gguf_file::open(file);
+  EXPECT_TRUE(f.ok()) << f.message();
+  auto t = f->get_string_array("tokenizer.ggml.tokens");
+  EXPECT_TRUE(t.ok()) << t.message();
+  return t.ok() ? *t : std::vector<std::string>{};
+}
+
+// With Qwen3's real tokenizer.json: the vocabulary, ids and template come from it, and the
+// embedded byte vocabulary agrees with it on the 256 byte tokens (GPT-2 order).
+TEST_F(TandemModel, MakeEmbedsAHuggingFaceTokenizer) {
+  const fs::path data = fs::path(TANDEM_SOURCE_DIR) / ".." / "shared" / "data" / "qwen3-tokenizer";
+  if (!fs::exists(data / "tokenizer.json.gz")) GTEST_SKIP() << "no " << data.string();
+  fs::create_directory(dir_ / "qwen3");
+  fs::copy_file(data / "tokenizer_config.json", dir_ / "qwen3" / "tokenizer_config.json");
+  const std::string json_path = (dir_ / "qwen3" / "tokenizer.json").string();
+  ASSERT_EQ(std::system(("gunzip -c " + (data / "tokenizer.json.gz").string() + " > " + json_path).c_str()), 0);
+
+  const std::string m = path("tok.gguf");
+  const run_result r = run("make --preset tiny --tokenizer " + json_path + " -o " + m);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "n_vocab raised from 512")) << r.err;
+  const auto real = tokens_of(m);
+  ASSERT_GT(real.size(), 151643u);
+  EXPECT_EQ(real[151643], "<|endoftext|>");
+  EXPECT_EQ(real[151645], "<|im_end|>");
+  auto f = tandem::gguf_file::open(m);
+  EXPECT_EQ(f->find_tensor("token_embd.weight")->dims[1], real.size());
+  EXPECT_EQ(*f->get_uint("tokenizer.ggml.eos_token_id"), 151645u);
+  EXPECT_TRUE(f->find("tokenizer.chat_template"));
+
+  const auto embedded = tokens_of(make("tiny.gguf", "--preset tiny"));
+  ASSERT_EQ(embedded.size(), 512u);
+  for (size_t i = 0; i < 256; ++i) EXPECT_EQ(embedded[i], real[i]) << i;
+  EXPECT_EQ(embedded[511], "[PAD511]");
+
+  const run_result small = run("make --preset tiny --n-vocab 600 --tokenizer " + json_path + " -o " + path("x.gguf"));
+  EXPECT_EQ(small.code, 1);
+  EXPECT_TRUE(has(small.err, "smaller than the tokenizer")) << small.err;
+}
+
 // The 6 GB qwen3-8b Q6_K check is too slow for CI; set TANDEM_SLOW_TESTS=1 to run it.
 TEST_F(TandemModel, Qwen3_8B_Q6K_ExactSize) {
   if (!std::getenv("TANDEM_SLOW_TESTS")) GTEST_SKIP() << "set TANDEM_SLOW_TESTS=1";

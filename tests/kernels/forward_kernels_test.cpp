@@ -173,7 +173,8 @@ TEST(big, matvec_bandwidth) {
     std::vector<uint8_t> big(q.size() * (n_out / tile));
     for (int64_t i = 0; i < n_out / tile; ++i) std::copy(q.begin(), q.end(), big.begin() + i * q.size());
     dev<uint8_t> dw(big);
-    dev<float> dx(randoms(n_in, 52)), dy(size_t(n_out));
+    dev<float> dx(randoms(n_in, 52));
+    dev<float> dy(static_cast<size_t>(n_out));
     cudaEvent_t e0, e1;
     ASSERT_EQ(cudaEventCreate(&e0), cudaSuccess);
     ASSERT_EQ(cudaEventCreate(&e1), cudaSuccess);
