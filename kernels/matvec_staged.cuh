@@ -1,6 +1,6 @@
 // Coalesced decode mat-vec: each warp streams a contiguous chunk of its weight row into shared
 // memory with 16-byte loads (the next chunk's loads in flight while this one is decoded), then
-// every lane decodes one 32/64-weight unit from there. Included only by matvec.cu.
+// every lane decodes one or two 32/64-weight units from there. Included only by matvec.cu.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,11 +26,13 @@ struct jobs {
   int n = 0;
 };
 
-// One chunk = 32 units (one per lane). 32 / per_block is a multiple of 8 blocks, and every
-// block size is even, so a chunk is a whole number of 16-byte vectors.
+// One chunk = 32 * lane_units units (lane_units per lane; two keep more bytes in flight per
+// warp, measured on the H200 to matter more than occupancy). 32 / per_block is a multiple of 8
+// blocks and every block size is even, so a chunk is a whole number of 16-byte vectors.
 template <class B>
 struct stage_traits {
-  static constexpr int blocks = 32 / unit_traits<B>::per_block;
+  static constexpr int lane_units = sizeof(B) >= 128 && unit_traits<B>::per_block == 1 ? 1 : 2;  // F32: 1
+  static constexpr int blocks = 32 * lane_units / unit_traits<B>::per_block;
   static constexpr int bytes = blocks * static_cast<int>(sizeof(B));
   static constexpr int n16 = bytes / 16;
   static constexpr int vecs = (n16 + 31) / 32;  // 16-byte loads per lane
@@ -89,8 +91,11 @@ __global__ void __launch_bounds__(k_stage_threads)
     __syncwarp();
     if (c + split < n_chunks) load(c + split);  // in flight while this chunk is decoded
     const int nb = min(S::blocks, n_blocks - c * S::blocks);
-    if (lane < nb * U::per_block) {
-      const int bi = lane / U::per_block, s = lane % U::per_block;
+#pragma unroll
+    for (int k = 0; k < S::lane_units; ++k) {
+      const int u = lane + 32 * k;
+      if (u >= nb * U::per_block) break;
+      const int bi = u / U::per_block, s = u % U::per_block;
       float wv[U::elems];
       decode<plain_ld>(reinterpret_cast<const B*>(stage[warp])[bi], s, wv);
       const float* xb = x + (static_cast<int64_t>(c) * S::blocks + bi) * U::qk +

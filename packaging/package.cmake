@@ -39,12 +39,12 @@ set(CPACK_GENERATOR DEB)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION misc)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
+# CPack puts the summary first and indents these lines itself.
 set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
-    "LLM inference daemon for GGUF models on NVIDIA GPUs
- tandemd keeps GGUF language models resident on one or more GPUs and serves
- local clients over a Unix socket (tandem-protocol(7)); models can be loaded,
- unloaded and hot-swapped while it serves. tandem is its command-line client,
- tandem-model an offline tool to inspect, make and quantize GGUF files.")
+    "tandemd keeps GGUF language models resident on one or more GPUs and serves
+local clients over a Unix socket (tandem-protocol(7)); models can be loaded,
+unloaded and hot-swapped while it serves. tandem is its command-line client,
+tandem-model an offline tool to inspect, make and quantize GGUF files.")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "systemd")
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ${TANDEM_DEB_SHLIBDEPS})
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS OFF)
@@ -52,4 +52,5 @@ set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS OFF)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
     ${_pkg}/debian/conffiles ${_pkg}/debian/postinst ${_pkg}/debian/prerm ${_pkg}/debian/postrm)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
+set(CPACK_STRIP_FILES ON)  # debug symbols are not shipped
 include(CPack)

@@ -22,6 +22,7 @@ struct logits_options {
   std::string out;
   std::string kv_type = "f32";
   unsigned threads = 0;
+  int gpu = -1;  // -1: CPU reference backend
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -48,9 +49,10 @@ void run_logits(const logits_options& o) {
   if (!kv) fail("unknown --kv-type '" + o.kv_type + "'");
   instance_options io;
   io.n_threads = o.threads;
+  io.gpu = o.gpu;
   io.cache.type = *kv;
   io.cache.n_ctx = uint32_t(ids.size());
-  auto inst = model_instance::open_cpu(o.model, io);
+  auto inst = model_instance::open(o.model, io);
   if (!inst) fail(inst.message());
   batch b;
   for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], 0, int32_t(i), true);
@@ -86,6 +88,7 @@ void add_logits_command(CLI::App& app) {
   cmd->add_option("-o,--out", o->out, "Output JSON file (default stdout)");
   cmd->add_option("--kv-type", o->kv_type, "KV cache type: f32 (default), f16, q8_0");
   cmd->add_option("-t,--threads", o->threads, "CPU threads (default all cores)");
+  cmd->add_option("--gpu", o->gpu, "Run on CUDA device N (default: the CPU reference backend)");
   cmd->callback([o] { run_logits(*o); });
 }
 

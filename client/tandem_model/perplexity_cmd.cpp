@@ -24,6 +24,7 @@ struct perplexity_options {
   int32_t chunks = -1;
   std::string kv_type = "f16";
   unsigned threads = 0;
+  int gpu = -1;  // -1: CPU reference backend
 };
 
 void run_perplexity(const perplexity_options& o) {
@@ -34,9 +35,10 @@ void run_perplexity(const perplexity_options& o) {
   if (!kv) fail("unknown --kv-type '" + o.kv_type + "'");
   instance_options io;
   io.n_threads = o.threads;
+  io.gpu = o.gpu;
   io.cache.n_ctx = o.ctx;
   io.cache.type = *kv;
-  auto inst = model_instance::open_cpu(o.model, io);
+  auto inst = model_instance::open(o.model, io);
   if (!inst) fail(inst.message());
   auto tok = tokenizer::from_gguf((*inst)->file());
   if (!tok) fail(tok.message());
@@ -74,6 +76,7 @@ void add_perplexity_command(CLI::App& app) {
   cmd->add_option("--chunks", o->chunks, "Score at most this many chunks (default all)");
   cmd->add_option("--kv-type", o->kv_type, "KV cache type: f16 (default), q8_0, f32");
   cmd->add_option("-t,--threads", o->threads, "CPU threads (default all cores)");
+  cmd->add_option("--gpu", o->gpu, "Run on CUDA device N (default: the CPU reference backend)");
   cmd->callback([o] { run_perplexity(*o); });
 }
 

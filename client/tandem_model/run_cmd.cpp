@@ -26,6 +26,7 @@ struct run_options {
   uint32_t ctx = 4096;
   std::string kv_type = "f16";
   unsigned threads = 0;
+  int gpu = -1;  // -1: CPU reference backend
 };
 
 // The prompt's token ids: plain text (BOS when the model adds one) or a rendered chat turn.
@@ -58,9 +59,10 @@ void run_generate(run_options o) {
   if (!kv) fail("unknown --kv-type '" + o.kv_type + "'");
   instance_options io;
   io.n_threads = o.threads;
+  io.gpu = o.gpu;
   io.cache.n_ctx = o.ctx;
   io.cache.type = *kv;
-  auto inst = model_instance::open_cpu(o.model, io);
+  auto inst = model_instance::open(o.model, io);
   if (!inst) fail(inst.message());
   auto tok = tokenizer::from_gguf((*inst)->file());
   if (!tok) fail(tok.message());
@@ -93,7 +95,7 @@ void run_generate(run_options o) {
 
 void add_run_command(CLI::App& app) {
   auto o = std::make_shared<run_options>();
-  auto* cmd = app.add_subcommand("run", "Generate text from a prompt on the CPU reference backend");
+  auto* cmd = app.add_subcommand("run", "Generate text from a prompt (CPU reference backend, or --gpu N)");
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->required();
   cmd->add_flag("--chat", o->chat, "Wrap the prompt as a user turn in the model's chat template");
@@ -116,6 +118,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-c,--ctx", o->ctx, "Context size (default 4096)")->check(CLI::Range(1u, 1u << 24));
   cmd->add_option("--kv-type", o->kv_type, "KV cache type: f16 (default), q8_0, f32");
   cmd->add_option("-t,--threads", o->threads, "CPU threads (default all cores)");
+  cmd->add_option("--gpu", o->gpu, "Run on CUDA device N (default: the CPU reference backend)");
   cmd->callback([o] { run_generate(*o); });
 }
 

@@ -181,10 +181,14 @@ void dequant_q6_k(const block_q6_k* TANDEM_RESTRICT x, float* TANDEM_RESTRICT y,
         TANDEM_SIMD
         for (int l = 0; l < 8; ++l) {
           const int j = 8 * g + l;
-          y[j] = c1 * to_f(static_cast<int>((byte_bits(a, l, 0) & 0xF) | ((byte_bits(hh, l, 0) & 3) << 4)) - 32);
-          y[32 + j] = c2 * to_f(static_cast<int>((byte_bits(b, l, 0) & 0xF) | ((byte_bits(hh, l, 2) & 3) << 4)) - 32);
-          y[64 + j] = c3 * to_f(static_cast<int>((byte_bits(a, l, 4) & 0xF) | ((byte_bits(hh, l, 4) & 3) << 4)) - 32);
-          y[96 + j] = c4 * to_f(static_cast<int>((byte_bits(b, l, 4) & 0xF) | ((byte_bits(hh, l, 6) & 3) << 4)) - 32);
+          y[j] =
+              c1 * to_f(static_cast<int>((byte_bits(a, l, 0) & 0xF) | ((byte_bits(hh, l, 0) & 3) << 4)) - 32);
+          y[32 + j] =
+              c2 * to_f(static_cast<int>((byte_bits(b, l, 0) & 0xF) | ((byte_bits(hh, l, 2) & 3) << 4)) - 32);
+          y[64 + j] =
+              c3 * to_f(static_cast<int>((byte_bits(a, l, 4) & 0xF) | ((byte_bits(hh, l, 4) & 3) << 4)) - 32);
+          y[96 + j] =
+              c4 * to_f(static_cast<int>((byte_bits(b, l, 4) & 0xF) | ((byte_bits(hh, l, 6) & 3) << 4)) - 32);
         }
       }
     }

@@ -1,7 +1,6 @@
 // Scale searches for the quantizers. See k_quant_search.h for what they minimise.
 #include "quant/k_quant_search.h"
 
-#include <cassert>
 #include <cmath>
 
 #include "quant/quant_impl.h"
@@ -9,8 +8,7 @@
 namespace tandem::quant_detail {
 namespace {
 
-constexpr int max_group = 256;     // largest group any quantizer passes
-constexpr float tiny = 1e-30f;     // below this a group counts as all zero
+constexpr float tiny = 1e-30f;  // below this a group counts as all zero
 
 }  // namespace
 
@@ -32,7 +30,6 @@ void default_weights(int n, const float* x, float* w) {
 
 float search_symmetric_scale(int n, int nmax, const float* x, const float* w, int8_t* L, int steps_down,
                              int steps_up) {
-  assert(n <= max_group);
   float amax = 0.0f, vmax = 0.0f;
   for (int i = 0; i < n; ++i) {
     const float a = std::fabs(x[i]);
@@ -72,7 +69,8 @@ float search_symmetric_scale(int n, int nmax, const float* x, const float* w, in
   for (int it = 0; it < 4 && best_scale != 0.0f; ++it) {
     if (!try_iscale(1.0f / best_scale)) break;
   }
-  for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(clamp_int(round_int(best_iscale * x[i]), -nmax, nmax - 1));
+  for (int i = 0; i < n; ++i)
+    L[i] = static_cast<int8_t>(clamp_int(round_int(best_iscale * x[i]), -nmax, nmax - 1));
   return best_scale;
 }
 
@@ -91,7 +89,8 @@ float naive_symmetric_scale(int n, int nmax, const float* x, int8_t* L) {
   }
   const float scale = vmax / -static_cast<float>(nmax);
   const float iscale = 1.0f / scale;
-  for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(clamp_int(round_int(iscale * x[i]), -nmax, nmax - 1));
+  for (int i = 0; i < n; ++i)
+    L[i] = static_cast<int8_t>(clamp_int(round_int(iscale * x[i]), -nmax, nmax - 1));
   return scale;
 }
 
@@ -107,7 +106,6 @@ float naive_symmetric_scale(int n, int nmax, const float* x, int8_t* L) {
 
 affine_fit search_affine_scale(int n, int nmax, const float* x, const float* w, uint8_t* L,
                                bool offset_nonpositive, float rmin, float rdelta, int nsteps) {
-  assert(n <= max_group);
   float lo = x[0], hi = x[0], sw = 0.0f, swx = 0.0f;
   for (int i = 0; i < n; ++i) {
     lo = x[i] < lo ? x[i] : lo;
@@ -192,7 +190,8 @@ affine_fit naive_affine_scale(int n, int nmax, const float* x, uint8_t* L, bool 
     return {0.0f, lo};
   }
   const float iscale = static_cast<float>(nmax) / (hi - lo);
-  for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(clamp_int(round_int(iscale * (x[i] - lo)), 0, nmax));
+  for (int i = 0; i < n; ++i)
+    L[i] = static_cast<uint8_t>(clamp_int(round_int(iscale * (x[i] - lo)), 0, nmax));
   return {(hi - lo) / static_cast<float>(nmax), lo};
 }
 

@@ -12,10 +12,15 @@ bool can_dequantize(ggml_type t);  // F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K
 bool can_quantize(ggml_type t);    // F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K
 
 // n must be a multiple of the type's block size (callers validate; a violation is a bug).
+// dequantize_row gives the same floats as ggml's dequantize_row_* (bit for bit, on every CPU).
+// quantize_row fits each block's scales with a weighted least-squares search (k_quant_search.h);
+// its output is in the exact ggml layout, and a given build produces the same bytes on every CPU.
+// Rows need only the alignment of their block's fields (2 bytes for the quant types).
 void dequantize_row(ggml_type t, const void* src, float* dst, int64_t n);
 void quantize_row(ggml_type t, const float* src, void* dst, int64_t n);
 
-// sum_i row[i] * x[i] over n elements, accumulated in float32.
+// sum_i row[i] * x[i] over n elements, accumulated in float32 (lane-wise partial sums, so it
+// differs from dot(dequantize_row(row), x) by rounding only). Allocates nothing.
 float vec_dot(ggml_type t, const void* row, const float* x, int64_t n);
 
 }  // namespace tandem

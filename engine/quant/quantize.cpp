@@ -51,7 +51,8 @@ void fit_affine_block(const float* x, int nmax, bool search, uint8_t* L, uint16_
   const float d = fp16_to_fp32(d16);
   const float m = fp16_to_fp32(m16);
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  for (int i = 0; i < qk_small; ++i) L[i] = static_cast<uint8_t>(clamp_int(round_int((x[i] - m) * id), 0, nmax));
+  for (int i = 0; i < qk_small; ++i)
+    L[i] = static_cast<uint8_t>(clamp_int(round_int((x[i] - m) * id), 0, nmax));
 }
 
 // Q8_0: levels -128..127 with the symmetric fit (the naive fit: d = -v/128 for the value v of
@@ -65,7 +66,8 @@ void quantize_q8_0(const float* x, block_q8_0* y, int64_t nb, bool search) {
 }
 
 void pack_nibbles(const uint8_t* L, uint8_t* qs) {
-  for (int j = 0; j < qk_small / 2; ++j) qs[j] = static_cast<uint8_t>((L[j] & 0xF) | ((L[j + 16] & 0xF) << 4));
+  for (int j = 0; j < qk_small / 2; ++j)
+    qs[j] = static_cast<uint8_t>((L[j] & 0xF) | ((L[j + 16] & 0xF) << 4));
 }
 
 // Bit 4 of level j goes to bit j of the little-endian u32 qh (j = 0..31).

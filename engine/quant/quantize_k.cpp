@@ -28,7 +28,8 @@ float affine_error(int n, int nmax, const float* x, const float* w, float ds, fl
   if (!L) {  // scoring only: vectorizable
     TANDEM_SIMD_SUM(err)
     for (int i = 0; i < n; ++i) {
-      const float diff = ds * static_cast<float>(clamp_int(round_int((x[i] + dm) * ids), 0, nmax)) - dm - x[i];
+      const float diff =
+          ds * static_cast<float>(clamp_int(round_int((x[i] + dm) * ids), 0, nmax)) - dm - x[i];
       err += w[i] * diff * diff;
     }
     return err;
@@ -71,8 +72,9 @@ void fit_k_affine(const float* x, int nmax, bool search, uint16_t& d16, uint16_t
   for (int j = 0; j < 8; ++j) {
     const float* xs = x + 32 * j;
     default_weights(32, xs, w + 32 * j);
-    const affine_fit f = search ? search_affine_scale(32, nmax, xs, w + 32 * j, L + 32 * j, true, -1.0f, 0.1f, 20)
-                                : naive_affine_scale(32, nmax, xs, L + 32 * j, true);
+    const affine_fit f =
+        search ? search_affine_scale(32, nmax, xs, w + 32 * j, L + 32 * j, true, -1.0f, 0.1f, 20)
+               : naive_affine_scale(32, nmax, xs, L + 32 * j, true);
     sc[j] = f.scale;
     mn[j] = -f.offset;
   }
@@ -93,12 +95,14 @@ void fit_k_affine(const float* x, int nmax, bool search, uint16_t& d16, uint16_t
     int bs = d > 0.0f ? clamp_int(round_int(sc[j] / d), 0, 63) : 0;
     int bm = dmin > 0.0f ? clamp_int(round_int(mn[j] / dmin), 0, 63) : 0;
     if (search) {
-      float best = affine_error(32, nmax, xs, ws, d * static_cast<float>(bs), dmin * static_cast<float>(bm), nullptr);
+      float best =
+          affine_error(32, nmax, xs, ws, d * static_cast<float>(bs), dmin * static_cast<float>(bm), nullptr);
       const int s0 = bs, m0 = bm;
       for (int s = s0 - 1; s <= s0 + 1; ++s) {
         for (int m = m0 - 1; m <= m0 + 1; ++m) {
           if (s < 0 || s > 63 || m < 0 || m > 63 || (s == s0 && m == m0)) continue;
-          const float e = affine_error(32, nmax, xs, ws, d * static_cast<float>(s), dmin * static_cast<float>(m), nullptr);
+          const float e = affine_error(32, nmax, xs, ws, d * static_cast<float>(s),
+                                       dmin * static_cast<float>(m), nullptr);
           if (e < best) {
             best = e;
             bs = s;
@@ -140,7 +144,8 @@ void quantize_row_q5_k(const float* x, block_q5_k* y, int64_t n, bool search) {
       for (int l = 0; l < 32; ++l) {
         const int lo = L[64 * c + l], hi = L[64 * c + 32 + l];
         y[b].qs[32 * c + l] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
-        y[b].qh[l] = static_cast<uint8_t>(y[b].qh[l] | (((lo >> 4) & 1) << (2 * c)) | (((hi >> 4) & 1) << (2 * c + 1)));
+        y[b].qh[l] = static_cast<uint8_t>(y[b].qh[l] | (((lo >> 4) & 1) << (2 * c)) |
+                                          (((hi >> 4) & 1) << (2 * c + 1)));
       }
     }
   }

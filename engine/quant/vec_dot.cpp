@@ -19,12 +19,12 @@
 namespace tandem {
 namespace {
 
-using quant_detail::k4_scale_min;
-using quant_detail::scale_to_f32;
-using quant_detail::words8;
-using quant_detail::load8;
 using quant_detail::byte_bits;
+using quant_detail::k4_scale_min;
+using quant_detail::load8;
+using quant_detail::scale_to_f32;
 using quant_detail::signed_byte;
+using quant_detail::words8;
 
 constexpr int lanes = 32;
 
@@ -244,7 +244,8 @@ float dot_q5_k(const block_q5_k* TANDEM_RESTRICT b, const float* TANDEM_RESTRICT
         for (int l = 0; l < 8; ++l) {
           const int j = 8 * g + l;
           const int lo = static_cast<int>((byte_bits(w, l, 0) & 0xF) | ((byte_bits(h, l, 2 * c) & 1) << 4));
-          const int hi = static_cast<int>((byte_bits(w, l, 4) & 0xF) | ((byte_bits(h, l, 2 * c + 1) & 1) << 4));
+          const int hi =
+              static_cast<int>((byte_bits(w, l, 4) & 0xF) | ((byte_bits(h, l, 2 * c + 1) & 1) << 4));
           acc[j] += (d1 * to_f(lo) - m1) * x[j] + (d2 * to_f(hi) - m2) * x[32 + j];
         }
       }

@@ -12,15 +12,17 @@
 namespace tandem {
 
 struct instance_options {
+  int gpu = -1;            // -1: the CPU reference backend; N: the CUDA backend on device N
   unsigned n_threads = 0;  // CPU backend: 0 = all cores
   kv_cache_config cache;   // n_ctx 0: the model's training context
 };
 
 class model_instance {
  public:
-  // Opens the file, binds the model and builds the CPU backend and its cache.
-  static result<std::unique_ptr<model_instance>> open_cpu(const std::string& path,
-                                                          instance_options opt = {});
+  // Opens the file, binds the model and builds the chosen backend and its cache. Asking for a
+  // GPU in a build without the CUDA backend, or for a device that is not there, is an error.
+  static result<std::unique_ptr<model_instance>> open(const std::string& path,
+                                                      instance_options opt = {});
 
   const gguf_file& file() const { return *model_.file; }
   const model_desc& desc() const { return model_.desc; }

@@ -52,7 +52,8 @@ result<std::vector<uint8_t>> tiny_model_bytes(const tiny_model_options& opt) {
   write_hparams(*arch, opt.hp, w);
   if (opt.write_tokens) {
     std::vector<std::string> toks;
-    for (uint32_t i = 0; i < opt.hp.n_vocab; ++i) toks.push_back("t" + std::to_string(i));
+    // std::string("t") += ...: `"t" + to_string` trips a false -Wrestrict in GCC 12.
+    for (uint32_t i = 0; i < opt.hp.n_vocab; ++i) toks.push_back(std::string("t") += std::to_string(i));
     w.set("tokenizer.ggml.tokens", gguf_string_array(toks));
   }
   uint64_t seed = opt.seed;

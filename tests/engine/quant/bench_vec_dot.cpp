@@ -40,7 +40,8 @@ matrix make_matrix(ggml_type t, int64_t cols, uint64_t target_bytes) {
   }
   for (int64_t r = 0; r < m.rows; ++r) {
     const auto& d = distinct[static_cast<size_t>(r) % distinct.size()];
-    std::copy(d.begin(), d.end(), m.data.begin() + static_cast<std::ptrdiff_t>(m.row_bytes * static_cast<uint64_t>(r)));
+    std::copy(d.begin(), d.end(),
+              m.data.begin() + static_cast<std::ptrdiff_t>(m.row_bytes * static_cast<uint64_t>(r)));
   }
   m.x.resize(static_cast<size_t>(cols));
   for (auto& v : m.x) v = dist(rng);
@@ -98,7 +99,8 @@ int register_all() {
     benchmark::RegisterBenchmark(("vec_dot/" + name + "/256MiB").c_str(), bm_vec_dot, t, uint64_t{256} << 20);
   }
   for (ggml_type t : k_types) {
-    benchmark::RegisterBenchmark(("dequantize/" + std::string(tandem::type_name(t))).c_str(), bm_dequantize, t);
+    benchmark::RegisterBenchmark(("dequantize/" + std::string(tandem::type_name(t))).c_str(), bm_dequantize,
+                                 t);
   }
   for (ggml_type t : k_types) {
     benchmark::RegisterBenchmark(("quantize/" + std::string(tandem::type_name(t))).c_str(), bm_quantize, t);

@@ -1,5 +1,7 @@
 // fp16 / bf16 conversions against independent references (exact decodes built from the IEEE
 // definitions, rounding done in double with nearbyint), exhaustively where the domain allows.
+#include "quant/half.h"
+
 #include <gtest/gtest.h>
 
 #include <cfenv>
@@ -7,8 +9,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-
-#include "quant/half.h"
 
 namespace {
 
@@ -41,8 +41,8 @@ uint16_t ref_fp32_to_fp16(float f) {
     return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(a * std::ldexp(1.0, 24))));
   }
   int e;
-  std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1)
-  e -= 1;             // a in [2^e, 2^(e+1))
+  std::frexp(a, &e);                                       // a = f * 2^e, f in [0.5, 1)
+  e -= 1;                                                  // a in [2^e, 2^(e+1))
   double m = std::nearbyint(a * std::ldexp(1.0, 10 - e));  // 1024 .. 2048
   if (m == 2048.0) {
     m = 1024.0;
@@ -129,12 +129,12 @@ TEST(Half, Fp32ToFp16EdgeCases) {
   EXPECT_EQ(fp32_to_fp16_portable(-1e10f), 0xfc00);
   EXPECT_EQ(fp32_to_fp16_portable(std::numeric_limits<float>::infinity()), 0x7c00);
   EXPECT_EQ(fp32_to_fp16_portable(-std::numeric_limits<float>::infinity()), 0xfc00);
-  EXPECT_EQ(fp32_to_fp16_portable(std::ldexp(1.0f, -24)), 0x0001);       // smallest subnormal
-  EXPECT_EQ(fp32_to_fp16_portable(std::ldexp(1.0f, -25)), 0x0000);       // tie -> even (0)
+  EXPECT_EQ(fp32_to_fp16_portable(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(fp32_to_fp16_portable(std::ldexp(1.0f, -25)), 0x0000);  // tie -> even (0)
   EXPECT_EQ(fp32_to_fp16_portable(std::ldexp(1.5f, -25)), 0x0001);
-  EXPECT_EQ(fp32_to_fp16_portable(std::ldexp(3.0f, -25)), 0x0002);       // 1.5 quanta: tie -> 2
-  EXPECT_EQ(fp32_to_fp16_portable(std::ldexp(1.0f, -14)), 0x0400);       // smallest normal
-  EXPECT_EQ(fp32_to_fp16_portable(std::ldexp(1023.5f, -24)), 0x0400);    // rounds up into normals
+  EXPECT_EQ(fp32_to_fp16_portable(std::ldexp(3.0f, -25)), 0x0002);     // 1.5 quanta: tie -> 2
+  EXPECT_EQ(fp32_to_fp16_portable(std::ldexp(1.0f, -14)), 0x0400);     // smallest normal
+  EXPECT_EQ(fp32_to_fp16_portable(std::ldexp(1023.5f, -24)), 0x0400);  // rounds up into normals
   EXPECT_EQ(fp32_to_fp16_portable(std::numeric_limits<float>::denorm_min()), 0x0000);
   EXPECT_EQ(fp32_to_fp16_portable(-std::numeric_limits<float>::denorm_min()), 0x8000);
   const uint16_t qnan = fp32_to_fp16_portable(std::numeric_limits<float>::quiet_NaN());
@@ -194,8 +194,8 @@ TEST(Bf16, EdgeCasesAndSweep) {
   EXPECT_EQ(fp32_to_bf16(std::numeric_limits<float>::max()), 0x7f80);  // rounds up to inf
   EXPECT_EQ(fp32_to_bf16(-std::numeric_limits<float>::infinity()), 0xff80);
   EXPECT_EQ(fp32_to_bf16(std::numeric_limits<float>::denorm_min()), 0x0000);
-  EXPECT_EQ(fp32_to_bf16(f32_from_bits(0x00008000u)), 0x0000);  // tie -> even
-  EXPECT_EQ(fp32_to_bf16(f32_from_bits(0x00018000u)), 0x0002);  // tie -> even (up)
+  EXPECT_EQ(fp32_to_bf16(f32_from_bits(0x00008000u)), 0x0000);           // tie -> even
+  EXPECT_EQ(fp32_to_bf16(f32_from_bits(0x00018000u)), 0x0002);           // tie -> even (up)
   EXPECT_EQ(fp32_to_bf16(f32_from_bits(0x7f800001u)) & 0x7fc0, 0x7fc0);  // sNaN -> qNaN, not inf
   for (uint64_t u = 0; u <= 0xffffffffu; u += 251) {
     const float f = f32_from_bits(static_cast<uint32_t>(u));

@@ -230,7 +230,8 @@ TEST(KnownAnswer, Q6_K) {
     uint8_t* p = b.data() + 210 * blk;
     for (int i = 0; i < 128; ++i) p[i] = static_cast<uint8_t>(i * 29 + 7 + blk);
     for (int i = 0; i < 64; ++i) p[128 + i] = static_cast<uint8_t>(i * 53 + 1);
-    for (int i = 0; i < 16; ++i) p[192 + i] = static_cast<uint8_t>(static_cast<int8_t>((i % 2 ? -1 : 1) * (i * 8 + 1)));
+    for (int i = 0; i < 16; ++i)
+      p[192 + i] = static_cast<uint8_t>(static_cast<int8_t>((i % 2 ? -1 : 1) * (i * 8 + 1)));
     p[192 + 15] = static_cast<uint8_t>(static_cast<int8_t>(-128));
     p[208] = static_cast<uint8_t>((blk ? h_1 : h_0_5) & 0xff);
     p[209] = static_cast<uint8_t>((blk ? h_1 : h_0_5) >> 8);

@@ -25,10 +25,14 @@ constexpr int k_rows = 16;
 enum class dist { normal, uniform, shifted, heavy };
 const char* dist_name(dist d) {
   switch (d) {
-    case dist::normal: return "normal(0,1)";
-    case dist::uniform: return "uniform(-1,1)";
-    case dist::shifted: return "normal(0.5,1)*0.02";
-    case dist::heavy: return "laplace+outliers";
+    case dist::normal:
+      return "normal(0,1)";
+    case dist::uniform:
+      return "uniform(-1,1)";
+    case dist::shifted:
+      return "normal(0.5,1)*0.02";
+    case dist::heavy:
+      return "laplace+outliers";
   }
   return "?";
 }
@@ -43,12 +47,18 @@ std::vector<float> make_data(dist d, uint32_t seed) {
   std::vector<float> x(static_cast<size_t>(k_cols * k_rows));
   for (auto& v : x) {
     switch (d) {
-      case dist::normal: v = normal(rng); break;
-      case dist::uniform: v = uniform(rng); break;
-      case dist::shifted: v = 0.02f * (0.5f + normal(rng)); break;
+      case dist::normal:
+        v = normal(rng);
+        break;
+      case dist::uniform:
+        v = uniform(rng);
+        break;
+      case dist::shifted:
+        v = 0.02f * (0.5f + normal(rng));
+        break;
       case dist::heavy: {
         v = expo(rng) * (u01(rng) < 0.5f ? -1.0f : 1.0f);  // Laplace(0, 1)
-        if (u01(rng) < 0.002f) v *= 20.0f;                  // rare large outliers
+        if (u01(rng) < 0.002f) v *= 20.0f;                 // rare large outliers
         break;
       }
     }
@@ -94,9 +104,9 @@ struct bound {
 //   Q4_0 8.191 / 5.907 / 8.030, 11.995 %    Q4_K 7.091 / 5.439 / 6.344, 8.973 %
 // (Heavy tails cost the symmetric formats most: one outlier sets the step of its whole block.)
 const bound k_bounds[] = {
-    {ggml_type::f16, 0.0003, 0.0003},  {ggml_type::bf16, 0.0025, 0.0025}, {ggml_type::q8_0, 0.0055, 0.011},
-    {ggml_type::q6_k, 0.02, 0.033},    {ggml_type::q5_1, 0.04, 0.052},    {ggml_type::q5_0, 0.045, 0.08},
-    {ggml_type::q5_k, 0.04, 0.053},    {ggml_type::q4_1, 0.08, 0.10},     {ggml_type::q4_0, 0.09, 0.135},
+    {ggml_type::f16, 0.0003, 0.0003}, {ggml_type::bf16, 0.0025, 0.0025}, {ggml_type::q8_0, 0.0055, 0.011},
+    {ggml_type::q6_k, 0.02, 0.033},   {ggml_type::q5_1, 0.04, 0.052},    {ggml_type::q5_0, 0.045, 0.08},
+    {ggml_type::q5_k, 0.04, 0.053},   {ggml_type::q4_1, 0.08, 0.10},     {ggml_type::q4_0, 0.09, 0.135},
     {ggml_type::q4_k, 0.08, 0.10},
 };
 
