@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   if (!cfg.config_file.empty()) log(log_level::info, "configuration from ", cfg.config_file);
 
   engine_options eo;
+  eo.gpu = cfg.gpu;
   eo.threads = cfg.threads;
   eo.context = cfg.context;
   eo.chat_format = cfg.chat_format;

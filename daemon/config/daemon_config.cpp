@@ -36,6 +36,8 @@ void define_options(CLI::App& app, daemon_config& c, std::vector<std::string>& m
       ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
   app.add_option("--max-frame", c.max_frame, "Largest accepted frame in bytes")
       ->check(CLI::Range(1024u, 1u << 30))->capture_default_str();
+  app.add_option("--gpu", c.gpu, "CUDA device that serves models (-1: the CPU backend)")
+      ->check(CLI::Range(-1, 1023))->capture_default_str();
   app.add_option("--threads", c.threads, "CPU backend threads per model (0: all cores)")->capture_default_str();
   app.add_option("--context", c.context, "KV cache tokens per model")->check(CLI::Range(16u, 1u << 24))
       ->capture_default_str();

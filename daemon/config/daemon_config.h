@@ -29,6 +29,7 @@ struct daemon_config {
   double keep_alive = 0;                   // seconds idle before unload; 0: never
   std::uint32_t queue_depth = 16;
   std::uint32_t max_frame = 16u << 20;
+  int gpu = -1;  // CUDA device that serves models; -1: the CPU backend
   std::uint32_t threads = 0;
   std::uint32_t context = 4096;
   std::string chat_format;

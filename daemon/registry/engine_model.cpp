@@ -1,11 +1,11 @@
-// engine_model: serves one GGUF model with the engine's CPU backend and generation loop.
+// engine_model: serves one GGUF model with the engine's backend (CPU or CUDA) and generation loop.
 #include "registry/engine_model.h"
 
 #include <algorithm>
 #include <mutex>
 
 #include "backend/backend.h"
-#include "backend/cpu/cpu_backend.h"
+#include "runtime/model_instance.h"
 #include "chat/chat_template.h"
 #include "model/model_desc.h"
 #include "runtime/generator.h"
@@ -133,9 +133,10 @@ result<std::unique_ptr<served_model>> load_engine_model(const std::string& path,
   if (!tok) return make_error(path, ": tokenizer: ", tok.message());
   auto tpl = chat_template_for(*tok, opt.chat_format);
   if (!tpl) return make_error(path, ": chat template: ", tpl.message());
-  cpu_backend_options bo;
-  bo.n_threads = opt.threads;
-  auto be = make_cpu_backend(model->desc, bo);
+  instance_options io;
+  io.gpu = opt.gpu;
+  io.n_threads = opt.threads;
+  auto be = make_backend(model->desc, io);
   if (!be) return make_error(path, ": backend: ", be.message());
   kv_cache_config kc;
   kc.n_ctx = opt.context;

@@ -8,8 +8,6 @@
 
 namespace tandem {
 
-namespace {
-
 result<std::unique_ptr<backend>> make_backend(const model_desc& desc, const instance_options& opt) {
   if (opt.gpu < 0) {
     auto be = make_cpu_backend(desc, {.n_threads = opt.n_threads});
@@ -26,8 +24,6 @@ result<std::unique_ptr<backend>> make_backend(const model_desc& desc, const inst
   return make_error("GPU ", opt.gpu, " requested, but this build has no CUDA backend");
 #endif
 }
-
-}  // namespace
 
 result<std::unique_ptr<model_instance>> model_instance::open(const std::string& path,
                                                              instance_options opt) {

@@ -17,6 +17,9 @@ struct instance_options {
   kv_cache_config cache;   // n_ctx 0: the model's training context
 };
 
+// The backend `opt` asks for (CPU, or CUDA device opt.gpu), holding desc's weights.
+result<std::unique_ptr<backend>> make_backend(const model_desc& desc, const instance_options& opt);
+
 class model_instance {
  public:
   // Opens the file, binds the model and builds the chosen backend and its cache. Asking for a

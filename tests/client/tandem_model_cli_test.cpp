@@ -340,6 +340,16 @@ TEST_F(TandemModel, MakeEmbedsAHuggingFaceTokenizer) {
   EXPECT_TRUE(has(small.err, "smaller than the tokenizer")) << small.err;
 }
 
+// Asking for a GPU that this build or machine lacks is a clear error, not a silent CPU run.
+// (With a GPU present, the CUDA tests under tests/engine/backend/cuda cover the real path.)
+TEST_F(TandemModel, RunOnAMissingGpuIsAnError) {
+  const std::string m = make("gpu.gguf", "--preset tiny");
+  const run_result r = run("run -m " + m + " -p hello -n 2 --gpu 1000");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(has(r.err, "GPU 1000 requested")) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
 // The 6 GB qwen3-8b Q6_K check is too slow for CI; set TANDEM_SLOW_TESTS=1 to run it.
 TEST_F(TandemModel, Qwen3_8B_Q6K_ExactSize) {
   if (!std::getenv("TANDEM_SLOW_TESTS")) GTEST_SKIP() << "set TANDEM_SLOW_TESTS=1";
