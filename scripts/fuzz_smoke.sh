@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzz smoke test: builds the libFuzzer targets with clang (ASan + UBSan) in a separate build
-# directory and runs the GGUF reader fuzzer for FUZZ_SECONDS over a scratch copy of the seed
-# corpus. Exits non-zero on a build failure or on any crash, leak, sanitizer report or timeout;
+# directory and runs the GGUF reader fuzzer for FUZZ_SECONDS, then the daemon's frame/request
+# decoder fuzzer for half that, each over a scratch copy of its seed corpus. Exits non-zero on a build failure or on any crash, leak, sanitizer report or timeout;
 # the crashing input is kept under $FUZZ_BUILD_DIR/fuzz-artifacts/.
 #
 #   scripts/fuzz_smoke.sh                  # 60 s
@@ -36,29 +36,34 @@ cmake -S "$src" -B "$build" "${generator[@]}" \
   echo "fuzz_smoke: configure failed" >&2
   exit 2
 }
-cmake --build "$build" --target gguf_reader_fuzz
-fuzzer=$(find "$build" -type f -name gguf_reader_fuzz -perm -u+x | head -n 1)
-[[ -n "$fuzzer" ]] || { echo "fuzz_smoke: gguf_reader_fuzz was not built" >&2; exit 2; }
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cp -r "$corpus_src" "$work/corpus"
+cmake --build "$build" --target gguf_reader_fuzz fuzz_daemon_request
 artifacts=$build/fuzz-artifacts
 mkdir -p "$artifacts"
-
-echo "fuzz_smoke: running $fuzzer for ${seconds}s over $(ls "$work/corpus" | wc -l) seeds"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-status=0
-args=(-max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024
-      -print_final_stats=1 -artifact_prefix="$artifacts/")
-if [[ "$jobs" -gt 1 ]]; then
-  args+=(-fork="$jobs" -ignore_crashes=0)
-fi
-"$fuzzer" "${args[@]}" "$work/corpus" || status=$?
-if [[ $status -ne 0 ]]; then
-  echo "fuzz_smoke: FAILED (exit $status); reproduce with: $fuzzer $artifacts/<crash file>" >&2
-  ls -l "$artifacts" >&2 || true
-  exit 1
-fi
-echo "fuzz_smoke: OK (${seconds}s, no crash)"
+
+# run_fuzzer TARGET CORPUS-DIR SECONDS
+run_fuzzer() {
+  local fuzzer work status=0
+  fuzzer=$(find "$build" -type f -name "$1" -perm -u+x | head -n 1)
+  [[ -n "$fuzzer" ]] || { echo "fuzz_smoke: $1 was not built" >&2; exit 2; }
+  work=$(mktemp -d)
+  cp -r "$2" "$work/corpus"
+  echo "fuzz_smoke: running $1 for ${3}s over $(ls "$work/corpus" | wc -l) seeds"
+  local args=(-max_total_time="$3" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024
+              -print_final_stats=1 -artifact_prefix="$artifacts/")
+  if [[ "$jobs" -gt 1 ]]; then
+    args+=(-fork="$jobs" -ignore_crashes=0)
+  fi
+  "$fuzzer" "${args[@]}" "$work/corpus" || status=$?
+  rm -rf "$work"
+  if [[ $status -ne 0 ]]; then
+    echo "fuzz_smoke: $1 FAILED (exit $status); reproduce with: $fuzzer $artifacts/<crash file>" >&2
+    ls -l "$artifacts" >&2 || true
+    exit 1
+  fi
+  echo "fuzz_smoke: $1 OK (${3}s, no crash)"
+}
+
+run_fuzzer gguf_reader_fuzz "$corpus_src" "$seconds"
+run_fuzzer fuzz_daemon_request "$root/tests/daemon/fuzz/corpus" "$(( (seconds + 1) / 2 ))"

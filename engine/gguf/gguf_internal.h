@@ -11,6 +11,9 @@ namespace tandem::gguf_detail {
 
 constexpr uint32_t k_version = 3;
 constexpr uint32_t k_default_alignment = 32;
+// Larger alignments are legal powers of two but only serve to make a reader or writer pad (and
+// allocate) up to gigabytes for a few bytes of file; real files use 32 (page size at most).
+constexpr uint32_t k_max_alignment = 1u << 20;
 constexpr uint32_t k_max_dims = 4;
 constexpr uint32_t k_type_count = 13;  // wire value types 0..12
 constexpr std::string_view k_alignment_key = "general.alignment";

@@ -276,6 +276,7 @@ class gguf_parser {
     if (*a == 0 || (*a & (*a - 1)) != 0) {
       return fail(field, off, *a, " is not a nonzero power of two");
     }
+    if (*a > k_max_alignment) return fail(field, off, *a, " is larger than the limit ", k_max_alignment);
     f_.alignment_ = *a;
     return {};
   }

@@ -241,6 +241,8 @@ namespace {
 status validate(uint32_t alignment, const std::vector<gguf_kv>& kv, bool& add_alignment) {
   if (!is_pow2(alignment))
     return make_error("gguf writer: alignment ", alignment, " is not a nonzero power of two");
+  if (alignment > k_max_alignment)
+    return make_error("gguf writer: alignment ", alignment, " is larger than the limit ", k_max_alignment);
   add_alignment = alignment != k_default_alignment;
   for (const gguf_kv& e : kv) {
     if (e.key.empty()) return make_error("gguf writer: empty key");

@@ -232,6 +232,10 @@ TEST(gguf_malformed, bad_alignment_values) {
     b.header(0, 1).kv_u32("general.alignment", a);
     expect_error(b, {"key 'general.alignment' at offset 53", "not a nonzero power of two"});
   }
+  // A legal power of two, but padding to it would cost a gigabyte (found by the fuzzer).
+  gguf_bytes huge;
+  huge.header(0, 1).kv_u32("general.alignment", 1u << 30);
+  expect_error(huge, {"key 'general.alignment' at offset 53", "larger than the limit"});
   gguf_bytes ok;
   ok.header(0, 1).kv_u32("general.alignment", 1);
   auto r = gguf_file::parse(ok.b);
