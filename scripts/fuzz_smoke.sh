@@ -8,7 +8,8 @@
 #   FUZZ_SECONDS=600 scripts/fuzz_smoke.sh
 #
 # Environment: FUZZ_SECONDS (60), FUZZ_BUILD_DIR (build-fuzz), CC/CXX (clang-14/clang++-14),
-# FUZZ_JOBS (1: parallel fuzzing processes), FUZZ_SOURCE_DIR (the repository root).
+# FUZZ_JOBS (1: parallel fuzzing processes), FUZZ_SOURCE_DIR (the repository root), FUZZ_SEED (1:
+# a fixed seed, so that CI explores the same inputs each run; 0 picks one at random).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,7 +51,7 @@ run_fuzzer() {
   work=$(mktemp -d)
   cp -r "$2" "$work/corpus"
   echo "fuzz_smoke: running $1 for ${3}s over $(ls "$work/corpus" | wc -l) seeds"
-  local args=(-max_total_time="$3" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024
+  local args=(-seed="${FUZZ_SEED:-1}" -max_total_time="$3" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024
               -print_final_stats=1 -artifact_prefix="$artifacts/")
   if [[ "$jobs" -gt 1 ]]; then
     args+=(-fork="$jobs" -ignore_crashes=0)
