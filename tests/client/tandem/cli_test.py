@@ -6,7 +6,7 @@ tests need neither the engine nor a model.
 
 usage: cli_test.py --tandem PATH [TEST ...]
 """
-import argparse, json, os, signal, socket, struct, subprocess, sys, tempfile, threading, time, traceback
+import argparse, json, os, shutil, signal, socket, struct, subprocess, sys, tempfile, threading, time, traceback
 
 import msgpack
 
@@ -389,6 +389,7 @@ def main():
             failed += 1
             print("FAIL %s" % name)
             traceback.print_exc()
+    shutil.rmtree(TMP, ignore_errors=True)
     return 1 if failed else 0
 
 
