@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
-#include "runtime/model_instance.h"
+#include "open_instance.h"
 
 namespace tandem {
 namespace {
@@ -45,21 +45,13 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 
 void run_logits(const logits_options& o) {
   const auto ids = parse_ids(o.tokens);
-  auto kv = type_from_name(o.kv_type);
-  if (!kv) fail("unknown --kv-type '" + o.kv_type + "'");
-  instance_options io;
-  io.n_threads = o.threads;
-  io.gpu = o.gpu;
-  io.cache.type = *kv;
-  io.cache.n_ctx = uint32_t(ids.size());
-  auto inst = model_instance::open(o.model, io);
-  if (!inst) fail(inst.message());
+  auto inst = open_instance({o.model, o.kv_type, uint32_t(ids.size()), o.threads, o.gpu});
   batch b;
   for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], 0, int32_t(i), true);
   std::vector<float> logits;
-  status s = (*inst)->be().forward(b, (*inst)->cache(), logits);
+  status s = inst->be().forward(b, inst->cache(), logits);
   if (!s) fail(s.message());
-  const size_t V = (*inst)->be().n_vocab();
+  const size_t V = inst->be().n_vocab();
   nlohmann::ordered_json j;
   j["model"] = o.model;
   j["n_vocab"] = V;

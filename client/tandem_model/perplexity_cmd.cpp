@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "cli_common.h"
-#include "runtime/model_instance.h"
+#include "open_instance.h"
 #include "runtime/perplexity.h"
 #include "tokenizer/tokenizer.h"
 
@@ -31,16 +31,8 @@ void run_perplexity(const perplexity_options& o) {
   std::ifstream in(o.file, std::ios::binary);
   if (!in) fail("cannot read " + o.file);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto kv = type_from_name(o.kv_type);
-  if (!kv) fail("unknown --kv-type '" + o.kv_type + "'");
-  instance_options io;
-  io.n_threads = o.threads;
-  io.gpu = o.gpu;
-  io.cache.n_ctx = o.ctx;
-  io.cache.type = *kv;
-  auto inst = model_instance::open(o.model, io);
-  if (!inst) fail(inst.message());
-  auto tok = tokenizer::from_gguf((*inst)->file());
+  auto inst = open_instance({o.model, o.kv_type, o.ctx, o.threads, o.gpu});
+  auto tok = tokenizer::from_gguf(inst->file());
   if (!tok) fail(tok.message());
   // As llama.cpp: the whole text is tokenized once, with BOS when the model adds one.
   auto ids = tok->encode(text, {.parse_special = false, .add_bos = tok->wants_bos()});
@@ -53,7 +45,7 @@ void run_perplexity(const perplexity_options& o) {
   std::fprintf(stderr, "perplexity: %zu tokens, n_ctx=%u, %zu chunks, scoring %u tokens each\n",
                ids->size(), o.ctx, ids->size() / o.ctx, o.ctx - 1 - o.ctx / 2);
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = perplexity((*inst)->be(), (*inst)->cache(), *ids, p, [](size_t i, size_t, double ppl) {
+  auto r = perplexity(inst->be(), inst->cache(), *ids, p, [](size_t i, size_t, double ppl) {
     std::printf("[%zu]%.4f,", i, ppl);
     std::fflush(stdout);
   });

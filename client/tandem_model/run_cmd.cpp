@@ -8,7 +8,7 @@
 #include "chat/chat_template.h"
 #include "cli_common.h"
 #include "runtime/generator.h"
-#include "runtime/model_instance.h"
+#include "open_instance.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -55,16 +55,8 @@ std::vector<int32_t> prompt_ids(const run_options& o, const tokenizer& tok,
 }
 
 void run_generate(run_options o) {
-  auto kv = type_from_name(o.kv_type);
-  if (!kv) fail("unknown --kv-type '" + o.kv_type + "'");
-  instance_options io;
-  io.n_threads = o.threads;
-  io.gpu = o.gpu;
-  io.cache.n_ctx = o.ctx;
-  io.cache.type = *kv;
-  auto inst = model_instance::open(o.model, io);
-  if (!inst) fail(inst.message());
-  auto tok = tokenizer::from_gguf((*inst)->file());
+  auto inst = open_instance({o.model, o.kv_type, o.ctx, o.threads, o.gpu});
+  auto tok = tokenizer::from_gguf(inst->file());
   if (!tok) fail(tok.message());
   auto ids = prompt_ids(o, *tok, o.gen.stop_tokens);
   stream_decoder dec(*tok, /*skip_control=*/true);
@@ -77,7 +69,7 @@ void run_generate(run_options o) {
     std::fflush(stdout);
     return true;
   };
-  auto r = generate((*inst)->be(), (*inst)->cache(), 0, ids, o.gen, token_text, on_text);
+  auto r = generate(inst->be(), inst->cache(), 0, ids, o.gen, token_text, on_text);
   if (!r) fail(r.message());
   const std::string tail = dec.finish();
   std::fwrite(tail.data(), 1, tail.size(), stdout);
