@@ -24,6 +24,8 @@ namespace {
 
 void define_options(CLI::App& app, daemon_config& c, std::vector<std::string>& models) {
   app.set_config("--config", default_config_path, "Config file (TOML); keys are the long option names");
+  // A misspelt key would otherwise be dropped silently and the daemon run with a default.
+  app.allow_config_extras(CLI::config_extras_mode::error);
   app.add_option("--socket", c.socket_path, "Unix socket path")->capture_default_str();
   app.add_option("--socket-group", c.socket_group, "Group owning the socket (default: the daemon's)");
   app.add_option("--socket-mode", c.socket_mode, "Octal permissions of the socket")->capture_default_str();
