@@ -36,6 +36,8 @@ struct bench_options {
   bool no_ceilings = false;
 };
 
+#ifdef TANDEM_HAVE_CUDA_BACKEND
+
 struct sample_stats {
   double mean = 0, sd = 0;
 };
@@ -48,8 +50,6 @@ sample_stats stats_of(const std::vector<double>& v) {
   s.sd = v.size() > 1 ? std::sqrt(s.sd / double(v.size() - 1)) : 0;
   return s;
 }
-
-#ifdef TANDEM_HAVE_CUDA_BACKEND
 
 using clock_type = std::chrono::steady_clock;
 

@@ -20,7 +20,7 @@ fi
 [[ -d .devdeps ]] && export LD_LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 grep -hE "^\[  (FAILED|SKIPPED) " "$out"/ctest.log 2>/dev/null | sort -u | head -40
 tm=$build/client/tandem_model/tandem-model
-bench=$build/tests/engine/backend/cuda/tandem-cuda-bench
+bench=$tm  # tandem-model bench
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 for t in ${TYPES:-Q6_K}; do
   m=/tmp/tandem-qwen3-8b-$t.gguf
