@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
   eo.threads = cfg.threads;
   eo.context = cfg.context;
   eo.chat_format = cfg.chat_format;
-  server s(cfg, std::vector<std::string>(argv, argv + argc), engine_loader(eo));
+  eo.prefill_chunk = cfg.prefill_chunk;
+  eo.stall_timeout_s = cfg.stall_timeout;
+  if (cfg.memory_budget > 0) log(log_level::info, "memory budget: ", cfg.memory_budget, " bytes");
+  server s(cfg, std::vector<std::string>(argv, argv + argc), engine_loader(eo), engine_sizer(eo));
   return s.run();
 }

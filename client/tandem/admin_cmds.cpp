@@ -43,12 +43,12 @@ std::string keep_alive_text(const json& m) {
 
 void show_ps(const json& r) {
   std::vector<std::vector<std::string>> rows = {
-      {"NAME", "STATE", "ARCH", "BACKEND", "FILE", "CACHE", "CONTEXT", "QUEUED", "RUNNING", "KEEP-ALIVE"}};
+      {"NAME", "STATE", "ARCH", "BACKEND", "DEVICE", "FILE", "CACHE", "CONTEXT", "QUEUED", "RUNNING", "KEEP-ALIVE"}};
   for (const auto& m : r.value("models", json::array())) {
     if (!m.is_object() || m.value("state", "") == "unloaded") continue;
     const bool resident = m.value("state", "") == "resident";
     rows.push_back({cell(m, "name") + (m.value("default", false) ? " *" : ""), cell(m, "state"), cell(m, "arch"),
-                    cell(m, "backend"), resident ? human_bytes(u64(m, "file_bytes")) : "-",
+                    cell(m, "backend"), cell(m, "device"), resident ? human_bytes(u64(m, "file_bytes")) : "-",
                     resident ? human_bytes(u64(m, "cache_bytes")) : "-", cell(m, "n_ctx"), cell(m, "queued"),
                     cell(m, "running"), keep_alive_text(m)});
   }
@@ -76,8 +76,23 @@ void show_status(const json& r) {
               r.value("draining", false) ? ", draining" : "");
   std::printf("connections %s, in flight %s, queued %s\n", cell(r, "connections").c_str(),
               cell(r, "in_flight").c_str(), cell(r, "queued").c_str());
-  std::printf("memory: %s resident, %s in models\n", human_bytes(u64(mem, "rss_bytes")).c_str(),
+  std::printf("memory: %s resident, %s in models", human_bytes(u64(mem, "rss_bytes")).c_str(),
               human_bytes(u64(mem, "model_bytes")).c_str());
+  if (const auto budget = u64(mem, "budget_bytes"); budget > 0)
+    std::printf(", budget %s (%s used)", human_bytes(budget).c_str(), human_bytes(u64(mem, "budget_used_bytes")).c_str());
+  std::printf("\n");
+  for (const auto& d : r.value("devices", json::array())) {
+    if (!d.is_object()) continue;
+    std::string names;
+    for (const auto& n : d.value("models", json::array()))
+      if (n.is_string()) names += (names.empty() ? "" : ", ") + n.get<std::string>();
+    std::printf("  %s: %s in models%s%s", cell(d, "device").c_str(), human_bytes(u64(d, "model_bytes")).c_str(),
+                names.empty() ? "" : " (", names.empty() ? "" : (names + ")").c_str());
+    if (d.contains("total_bytes"))
+      std::printf(", %s of %s available", human_bytes(u64(d, "available_bytes")).c_str(),
+                  human_bytes(u64(d, "total_bytes")).c_str());
+    std::printf("\n");
+  }
   std::printf("models: %zu, %zu resident\n", models.size(), resident);
 }
 

@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 
@@ -20,9 +22,42 @@ result<model_spec> parse_model_spec(const std::string& s) {
   return m;
 }
 
+result<std::uint64_t> parse_byte_size(const std::string& text, const std::string& key) {
+  std::size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  std::string unit;
+  for (std::size_t j = i; j < text.size(); ++j)
+    if (text[j] != ' ') unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[j])));
+  const std::pair<const char*, double> units[] = {
+      {"", 1},       {"b", 1},       {"k", 0x1p10},  {"kib", 0x1p10}, {"kb", 1e3},     {"m", 0x1p20},
+      {"mib", 0x1p20}, {"mb", 1e6},  {"g", 0x1p30},  {"gib", 0x1p30}, {"gb", 1e9},     {"t", 0x1p40},
+      {"tib", 0x1p40}, {"tb", 1e12}};
+  double scale = 0;
+  for (const auto& [name, v] : units)
+    if (unit == name) scale = v;
+  double number = 0;
+  try {
+    std::size_t used = 0;
+    if (i > 0) number = std::stod(text.substr(0, i), &used);
+    if (i == 0 || used != i) scale = 0;
+  } catch (const std::exception&) {
+    scale = 0;
+  }
+  const double bytes = number * scale;
+  if (scale == 0 || !std::isfinite(bytes) || bytes >= 0x1p63)
+    return make_error(key, " '", text, "': expected a size such as 8GiB, 512MiB or a number of bytes");
+  return static_cast<std::uint64_t>(bytes);
+}
+
 namespace {
 
-void define_options(CLI::App& app, daemon_config& c, std::vector<std::string>& models) {
+// Values CLI11 keeps as text and finish() converts.
+struct raw_options {
+  std::vector<std::string> models;
+  std::string memory_budget = "0";
+};
+
+void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
   app.set_config("--config", default_config_path, "Config file (TOML); keys are the long option names");
   // A misspelt key would otherwise be dropped silently and the daemon run with a default.
   app.allow_config_extras(CLI::config_extras_mode::error);
@@ -31,9 +66,13 @@ void define_options(CLI::App& app, daemon_config& c, std::vector<std::string>& m
   app.add_option("--socket-mode", c.socket_mode, "Octal permissions of the socket")->capture_default_str();
   app.add_option("--allow-user", c.allow_users, "Users (names or uids) allowed besides root and the daemon");
   app.add_option("--allow-group", c.allow_groups, "Groups (names or gids) allowed besides the socket group");
-  app.add_option("--model", models, "Preload NAME=FILE.gguf; the first is the default alias");
+  app.add_option("--model", raw.models, "Preload NAME=FILE.gguf; the first is the default alias");
   app.add_option("--keep-alive", c.keep_alive, "Idle seconds before a model is unloaded (0: never)")
       ->check(CLI::Range(0.0, 1e9))->capture_default_str();
+  app.add_option("--memory-budget", raw.memory_budget,
+                 "Bytes all resident models may hold together, e.g. 8GiB; idle models are evicted "
+                 "least recently used first (0: unlimited)")
+      ->capture_default_str();
   app.add_option("--queue-depth", c.queue_depth, "Waiting requests per model before 'busy'")
       ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
   app.add_option("--max-frame", c.max_frame, "Largest accepted frame in bytes")
@@ -43,6 +82,13 @@ void define_options(CLI::App& app, daemon_config& c, std::vector<std::string>& m
   app.add_option("--threads", c.threads, "CPU backend threads per model (0: all cores)")->capture_default_str();
   app.add_option("--context", c.context, "KV cache tokens per model")->check(CLI::Range(16u, 1u << 24))
       ->capture_default_str();
+  app.add_option("--prefill-chunk", c.prefill_chunk,
+                 "Prompt tokens per forward pass; a cancel takes effect between passes")
+      ->check(CLI::Range(1u, 65536u))->capture_default_str();
+  app.add_option("--stall-timeout", c.stall_timeout,
+                 "Seconds one forward pass may take before the engine counts as wedged and the "
+                 "watchdog ping stops (0: never)")
+      ->check(CLI::Range(0.0, 1e6))->capture_default_str();
   app.add_option("--chat-format", c.chat_format, "Override the chat template: raw, chatml, qwen3, llama3");
   app.add_option("--drain-timeout", c.drain_timeout, "Seconds to let requests finish on SIGTERM")
       ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
@@ -51,25 +97,26 @@ void define_options(CLI::App& app, daemon_config& c, std::vector<std::string>& m
   app.set_version_flag("--version", std::string("tandemd ") + TANDEM_VERSION);
 }
 
-parse_outcome finish(CLI::App& app, daemon_config c, const std::vector<std::string>& models) {
+parse_outcome usage_error(std::string msg) {
   parse_outcome out;
-  for (const auto& m : models) {
+  out.exit_now = true;
+  out.exit_code = exit_usage;
+  out.output = std::move(msg) + "\nRun with --help for more information.\n";
+  return out;
+}
+
+parse_outcome finish(CLI::App& app, daemon_config c, const raw_options& raw) {
+  parse_outcome out;
+  for (const auto& m : raw.models) {
     auto spec = parse_model_spec(m);
-    if (!spec) {
-      out.exit_now = true;
-      out.exit_code = 2;
-      out.output = spec.message();
-      return out;
-    }
+    if (!spec) return usage_error(spec.message());
     for (const auto& prev : c.models)
-      if (prev.alias == spec->alias) {
-        out.exit_now = true;
-        out.exit_code = 2;
-        out.output = "--model: alias '" + spec->alias + "' given twice";
-        return out;
-      }
+      if (prev.alias == spec->alias) return usage_error("--model: alias '" + spec->alias + "' given twice");
     c.models.push_back(*spec);
   }
+  auto budget = parse_byte_size(raw.memory_budget, "--memory-budget");
+  if (!budget) return usage_error(budget.message());
+  c.memory_budget = *budget;
   // The file CLI11 read: the one named by --config, else the default path when it exists.
   if (auto* opt = app.get_config_ptr()) {
     auto f = opt->as<std::string>();
@@ -83,19 +130,20 @@ template <class Parse>
 parse_outcome run_parse(Parse&& parse) {
   CLI::App app{"tandemd: serves GGUF language models over a Unix socket"};
   daemon_config c;
-  std::vector<std::string> models;
-  define_options(app, c, models);
+  raw_options raw;
+  define_options(app, c, raw);
   try {
     parse(app);
   } catch (const CLI::ParseError& e) {
     parse_outcome out;
     out.exit_now = true;
     std::ostringstream os, es;
-    out.exit_code = app.exit(e, os, es);
+    // CLI11 returns its own status per error kind; tandemd(8) documents one: 2.
+    out.exit_code = app.exit(e, os, es) == 0 ? exit_ok : exit_usage;
     out.output = os.str() + es.str();
     return out;
   }
-  return finish(app, std::move(c), models);
+  return finish(app, std::move(c), raw);
 }
 
 }  // namespace

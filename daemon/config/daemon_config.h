@@ -13,6 +13,11 @@ namespace tandem::daemon {
 
 inline constexpr const char* default_config_path = "/etc/tandem/tandemd.toml";
 
+// Exit statuses of tandemd (tandemd(8)).
+inline constexpr int exit_ok = 0;
+inline constexpr int exit_failure = 1;  // startup failed: socket, groups, users, systemd
+inline constexpr int exit_usage = 2;    // a bad command line or configuration file
+
 struct model_spec {
   std::string alias;
   std::string path;
@@ -27,6 +32,9 @@ struct daemon_config {
   std::vector<std::string> allow_groups;  // names or gids; the socket group is always allowed
   std::vector<model_spec> models;          // preloaded; the first is the default alias
   double keep_alive = 0;                   // seconds idle before unload; 0: never
+  std::uint64_t memory_budget = 0;         // bytes of all resident models; 0: unlimited
+  std::uint32_t prefill_chunk = 256;       // prompt tokens per forward pass: cancel is checked between
+  double stall_timeout = 300;              // seconds in one forward pass before the engine is unhealthy; 0: never
   std::uint32_t queue_depth = 16;
   std::uint32_t max_frame = 16u << 20;
   int gpu = -1;  // CUDA device that serves models; -1: the CPU backend
@@ -38,7 +46,8 @@ struct daemon_config {
 };
 
 // Parses argv (and the config file it names or the default one, if present). Returns the config,
-// or an error whose message is ready to print; `exit_code` is set for --help/--version (0).
+// or, with exit_now, the text to print and the status to exit with: exit_ok for --help and
+// --version, exit_usage for any error.
 struct parse_outcome {
   daemon_config config;
   bool exit_now = false;
@@ -52,5 +61,9 @@ parse_outcome reparse_config(const std::vector<std::string>& argv);
 
 // "NAME=FILE" → model_spec.
 result<model_spec> parse_model_spec(const std::string& s);
+
+// "8GiB", "512 MiB", "1.5G", "4000000000": bytes. K M G T and KiB MiB GiB TiB are powers of 1024,
+// KB MB GB TB powers of 1000; case does not matter. `key` names the setting in errors.
+result<std::uint64_t> parse_byte_size(const std::string& text, const std::string& key);
 
 }  // namespace tandem::daemon

@@ -8,6 +8,8 @@
 #include "runtime/model_instance.h"
 #include "chat/chat_template.h"
 #include "model/model_desc.h"
+#include "quant/ggml_type.h"
+#include "registry/forward_watch.h"
 #include "runtime/generator.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -28,10 +30,12 @@ std::string finish_reason(stop_reason r) {
 
 class engine_model final : public served_model {
  public:
-  engine_model(std::string path, std::unique_ptr<loaded_model> model, tokenizer tok, chat_template tpl,
-               std::unique_ptr<backend> be, std::unique_ptr<kv_cache> cache)
-      : path_(std::move(path)), model_(std::move(model)), tok_(std::move(tok)), tpl_(std::move(tpl)),
-        be_(std::move(be)), cache_(std::move(cache)), stop_tokens_(chat_stop_tokens(tpl_, tok_)) {}
+  engine_model(std::string path, const engine_options& opt, std::unique_ptr<loaded_model> model, tokenizer tok,
+               chat_template tpl, std::unique_ptr<backend> be, std::unique_ptr<kv_cache> cache)
+      : path_(std::move(path)), device_(opt.gpu < 0 ? "cpu" : "cuda:" + std::to_string(opt.gpu)),
+        prefill_chunk_(opt.prefill_chunk), model_(std::move(model)), tok_(std::move(tok)), tpl_(std::move(tpl)),
+        be_(std::move(be)), cache_(std::move(cache)), stop_tokens_(chat_stop_tokens(tpl_, tok_)),
+        watch_(std::chrono::duration<double>(opt.stall_timeout_s)) {}
 
   result<generation_stats> generate(const generation_input& in, const text_sink& on_text) override {
     auto prompt = encode_prompt(in);
@@ -48,6 +52,10 @@ class engine_model final : public served_model {
     gp.max_tokens = static_cast<int32_t>(in.max_tokens);
     gp.stop_tokens = stop_tokens_;
     gp.stop_strings = in.stop;
+    gp.n_batch = prefill_chunk_;
+    // The sink answers false once the request is cancelled or its client gone; asking it between
+    // prefill passes lets a long prompt stop within one pass.
+    gp.cancelled = [&on_text] { return !on_text(std::string_view()); };
 
     auto token_text = [this](int32_t id) { return std::string(tok_.token_bytes(id)); };
     // Replies are msgpack strings: whatever bytes the model produces, send valid UTF-8 (bytes
@@ -55,7 +63,8 @@ class engine_model final : public served_model {
     stream_decoder utf8(tok_);
     std::string text;
     bool keep_going = true;
-    auto r = tandem::generate(*be_, *cache_, 0, *prompt, gp, token_text, [&](std::string_view t) {
+    watched_backend be(*be_, watch_);
+    auto r = tandem::generate(be, *cache_, 0, *prompt, gp, token_text, [&](std::string_view t) {
       auto piece = utf8.push_bytes(t);
       text += piece;
       keep_going = on_text(piece);  // also when empty: the sink checks for cancellation
@@ -89,12 +98,15 @@ class engine_model final : public served_model {
     i.path = path_;
     i.arch = model_->desc.arch ? std::string(model_->desc.arch->name) : "";
     i.backend = std::string(be_->name());
+    i.device = device_;
     i.n_vocab = be_->n_vocab();
     i.n_ctx = cache_->config().n_ctx;
     i.file_bytes = model_->file->file_size();
     i.cache_bytes = cache_->bytes();
     return i;
   }
+
+  bool healthy() const override { return watch_.healthy(); }
 
  private:
   result<std::vector<int32_t>> encode_prompt(const generation_input& in) const {
@@ -114,6 +126,8 @@ class engine_model final : public served_model {
   }
 
   std::string path_;
+  std::string device_;
+  std::uint32_t prefill_chunk_;
   std::unique_ptr<loaded_model> model_;  // at a fixed address: the backend refers to its desc
   tokenizer tok_;
   chat_template tpl_;
@@ -121,7 +135,14 @@ class engine_model final : public served_model {
   std::unique_ptr<kv_cache> cache_;
   std::vector<int32_t> stop_tokens_;
   uint64_t next_seed_ = 0x7a6e64656d;  // unseeded requests still differ from one another
+  forward_watch watch_;
 };
+
+uint32_t cache_tokens(const model_desc& desc, const engine_options& opt) {
+  uint32_t n = opt.context;
+  if (desc.hp.n_ctx_train > 0) n = std::min(n, desc.hp.n_ctx_train);
+  return n;
+}
 
 }  // namespace
 
@@ -139,17 +160,33 @@ result<std::unique_ptr<served_model>> load_engine_model(const std::string& path,
   auto be = make_backend(model->desc, io);
   if (!be) return make_error(path, ": backend: ", be.message());
   kv_cache_config kc;
-  kc.n_ctx = opt.context;
-  if (model->desc.hp.n_ctx_train > 0) kc.n_ctx = std::min(kc.n_ctx, model->desc.hp.n_ctx_train);
+  kc.n_ctx = cache_tokens(model->desc, opt);
   kc.n_seq_max = 1;
   auto cache = (*be)->make_cache(kc);
   if (!cache) return make_error(path, ": KV cache: ", cache.message());
   return std::unique_ptr<served_model>(std::make_unique<engine_model>(
-      path, std::move(model), std::move(*tok), std::move(*tpl), std::move(*be), std::move(*cache)));
+      path, opt, std::move(model), std::move(*tok), std::move(*tpl), std::move(*be), std::move(*cache)));
 }
 
 model_loader engine_loader(engine_options opt) {
   return [opt](const std::string& path) { return load_engine_model(path, opt); };
+}
+
+result<std::uint64_t> engine_model_bytes(const std::string& path, const engine_options& opt) {
+  auto loaded = load_model(path);  // maps and binds: reads the header, not the weights
+  if (!loaded) return loaded.err();
+  const auto& hp = loaded->desc.hp;
+  // As load_engine_model's cache: one sequence, f16 K and V rows per layer and KV head, in
+  // blocks of kv_cache_config's default size.
+  const kv_cache_config kc;
+  const uint64_t slots = (uint64_t{cache_tokens(loaded->desc, opt)} + kc.block_size - 1) / kc.block_size *
+                         kc.block_size;
+  const uint64_t row = row_bytes(kc.type, hp.head_dim).value_or(uint64_t{hp.head_dim} * 4);
+  return loaded->file->file_size() + 2 * uint64_t{hp.n_layer} * slots * hp.n_head_kv * row;
+}
+
+model_sizer engine_sizer(engine_options opt) {
+  return [opt](const std::string& path) { return engine_model_bytes(path, opt); };
 }
 
 }  // namespace tandem::daemon

@@ -13,6 +13,8 @@ struct engine_options {
   unsigned threads = 0;             // CPU backend threads; 0: all cores
   std::uint32_t context = 4096;     // KV cache tokens per sequence (capped by the model's own)
   std::string chat_format;          // empty: from the model's template
+  std::uint32_t prefill_chunk = 256;  // prompt tokens per forward pass; cancel is checked between
+  double stall_timeout_s = 300;     // a forward pass longer than this makes the model unhealthy; 0: never
 };
 
 // Loads `path` and everything needed to serve it. Errors name the step that failed.
@@ -20,5 +22,10 @@ result<std::unique_ptr<served_model>> load_engine_model(const std::string& path,
 
 // A loader bound to fixed options, for the registry.
 model_loader engine_loader(engine_options opt);
+
+// The bytes load_engine_model would hold for `path` with these options: the file (mapped or
+// uploaded weights) plus the KV cache, computed from the GGUF header without loading.
+result<std::uint64_t> engine_model_bytes(const std::string& path, const engine_options& opt);
+model_sizer engine_sizer(engine_options opt);
 
 }  // namespace tandem::daemon

@@ -75,6 +75,16 @@ bool model_instance::idle_for(clock::duration d, clock::time_point now) const {
   return !running_ && queue_.empty() && now - last_used_ >= d;
 }
 
+bool model_instance::idle() const {
+  std::lock_guard lk(mu_);
+  return !running_ && queue_.empty();
+}
+
+model_instance::clock::time_point model_instance::last_used() const {
+  std::lock_guard lk(mu_);
+  return last_used_;
+}
+
 void model_instance::work() {
   for (;;) {
     model_job job;

@@ -39,6 +39,11 @@ class model_instance {
   std::size_t queued() const;
   bool running() const;
   bool idle_for(clock::duration d, clock::time_point now) const;
+  // No job running or waiting: the instance may be evicted without failing anyone.
+  bool idle() const;
+  clock::time_point last_used() const;
+  // What the memory budget counts: mapped weights plus KV cache.
+  std::uint64_t bytes() const { return info_.file_bytes + info_.cache_bytes; }
   const model_info& info() const { return info_; }
   served_model& model() { return *model_; }
   const served_model& model() const { return *model_; }

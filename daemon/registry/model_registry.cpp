@@ -51,7 +51,7 @@ model_registry::admin_error model_registry::load(const std::string& alias, const
     e.admin_busy = true;
     if (default_.empty()) default_ = alias;
   }
-  return finish_load(alias, loader_(path), &out);
+  return finish_load(alias, load_fitting(alias, path), &out);
 }
 
 model_registry::admin_error model_registry::swap(const std::string& alias, const std::string& path,
@@ -64,6 +64,23 @@ model_registry::admin_error model_registry::swap(const std::string& alias, const
     if (it->second.admin_busy)
       return wire_error{error_code::busy, "a load or swap of '" + alias + "' is already in progress"};
     it->second.admin_busy = true;
+  }
+  if (opt_.memory_budget > 0) {
+    auto need = opt_.sizer ? opt_.sizer(path) : result<std::uint64_t>(std::uint64_t{0});
+    if (!need) return finish_load(alias, need.err(), &out);
+    std::vector<std::shared_ptr<model_instance>> victims;
+    std::optional<std::string> refused;
+    bool beside = false;
+    {
+      std::lock_guard lk(mu_);
+      auto& e = entries_.at(alias);  // admin_busy keeps it from being erased
+      const std::uint64_t old_bytes = e.current ? e.current->bytes() : 0;
+      beside = used_locked() + *need <= opt_.memory_budget;
+      if (beside) e.reserved = *need;
+      else refused = make_room(alias, *need, old_bytes, victims);
+    }
+    if (refused) return finish_load(alias, make_error("swap to ", path, ": ", *refused), &out);
+    if (!beside) return swap_drain_first(alias, path, *need, std::move(victims), out);
   }
   // The old model keeps serving while the new one loads beside it.
   auto loaded = loader_(path);
@@ -91,6 +108,7 @@ model_registry::admin_error model_registry::finish_load(const std::string& alias
     } else if (!inst) {
       auto& e = it->second;
       e.admin_busy = false;
+      e.reserved = 0;
       err = wire_error{error_code::load_failed, m.message()};
       if (!e.current) {
         to_fail.swap(e.parked);
@@ -102,6 +120,7 @@ model_registry::admin_error model_registry::finish_load(const std::string& alias
     } else {
       auto& e = it->second;
       e.admin_busy = false;
+      e.reserved = 0;
       auto old = std::move(e.current);
       e.current = inst;
       e.loaded_at = model_instance::clock::now();
@@ -170,7 +189,7 @@ std::optional<wire_error> model_registry::submit(const std::string& alias_in, mo
 
 void model_registry::start_reload(const std::string& alias, entry& e) {
   e.admin_busy = true;
-  admin_([this, alias, path = e.path] { (void)finish_load(alias, loader_(path), nullptr); });
+  admin_([this, alias, path = e.path] { (void)finish_load(alias, load_fitting(alias, path), nullptr); });
 }
 
 result<std::shared_ptr<model_instance>> model_registry::resident(const std::string& alias_in) const {
@@ -178,12 +197,12 @@ result<std::shared_ptr<model_instance>> model_registry::resident(const std::stri
   const auto alias = resolve(alias_in);
   auto it = entries_.find(alias);
   if (alias.empty() || it == entries_.end()) return make_error("no model named '", alias, "'");
-  if (!it->second.current) return make_error("model '", alias, "' is not loaded right now");
-  return it->second.current;
+  if (it->second.current) return it->second.current;
+  if (it->second.draining) return it->second.draining;  // tokenizing needs no queue slot
+  return make_error("model '", alias, "' is not loaded right now");
 }
 
 void model_registry::sweep(model_instance::clock::time_point now) {
-  std::vector<std::shared_ptr<model_instance>> done;
   {
     std::lock_guard lk(mu_);
     for (auto& [alias, e] : entries_) {
@@ -194,8 +213,16 @@ void model_registry::sweep(model_instance::clock::time_point now) {
       e.current->close();
       retired_.push_back(std::move(e.current));  // the entry stays: a request reloads it
     }
+  }
+  reap_retired();
+}
+
+void model_registry::reap_retired() {
+  std::vector<std::shared_ptr<model_instance>> done;
+  {
+    std::lock_guard lk(mu_);
     for (auto it = retired_.begin(); it != retired_.end();) {
-      if ((*it)->queued() == 0 && !(*it)->running()) {
+      if ((*it)->idle()) {
         done.push_back(std::move(*it));
         it = retired_.erase(it);
       } else {
@@ -227,8 +254,10 @@ bool model_registry::drained() const {
   std::lock_guard lk(mu_);
   for (const auto& r : retired_)
     if (r->queued() > 0 || r->running()) return false;
-  for (const auto& [alias, e] : entries_)
-    if (e.current && (e.current->queued() > 0 || e.current->running())) return false;
+  for (const auto& [alias, e] : entries_) {
+    if (e.current && !e.current->idle()) return false;
+    if (e.draining && !e.draining->idle()) return false;
+  }
   return true;
 }
 
@@ -243,8 +272,13 @@ void model_registry::join_all() {
 
 bool model_registry::healthy() const {
   std::lock_guard lk(mu_);
-  for (const auto& [alias, e] : entries_)
+  // A retired or draining instance may still be running a request: a wedged one counts too.
+  for (const auto& [alias, e] : entries_) {
     if (e.current && !e.current->model().healthy()) return false;
+    if (e.draining && !e.draining->model().healthy()) return false;
+  }
+  for (const auto& r : retired_)
+    if (!r->model().healthy()) return false;
   return true;
 }
 
@@ -260,9 +294,16 @@ nlohmann::json model_registry::describe() const {
       case state::unloaded: m["state"] = "unloaded"; break;
     }
     m["queued"] = e.parked.size() + (e.current ? e.current->queued() : 0);
-    m["running"] = e.current && e.current->running();
+    m["running"] = (e.current && e.current->running()) || (e.draining && e.draining->running());
+    if (e.draining) m["state"] = "swapping";
     if (e.current) {
       const auto& i = e.current->info();
+      m["device"] = i.device;
+      m["bytes"] = e.current->bytes();
+      // How long since its last request, which decides the eviction order; 0 while serving.
+      m["idle_seconds"] = e.current->idle() ? std::chrono::duration<double>(model_instance::clock::now() -
+                                                                              e.current->last_used()).count()
+                                            : 0.0;
       m["arch"] = i.arch;
       m["backend"] = i.backend;
       m["n_vocab"] = i.n_vocab;

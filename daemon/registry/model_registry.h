@@ -1,6 +1,6 @@
-// model_registry: aliases → loaded models, with hot swap, idle unload and lazy reload (see
-// DESIGN.md "Hot swap semantics" and tandemd(8)). Loads and joins block, so they run on admin
-// threads; lookups and submissions are quick and run on the I/O thread.
+// model_registry: aliases → loaded models, with hot swap, idle unload, lazy reload and a memory
+// budget with LRU eviction (see DESIGN.md "Hot swap semantics" and tandemd(8)). Loads and joins
+// block, so they run on admin threads; lookups and submissions are quick and run on the I/O thread.
 #pragma once
 
 #include <chrono>
@@ -23,8 +23,10 @@
 namespace tandem::daemon {
 
 struct registry_options {
-  std::size_t max_queue = 16;  // waiting jobs per model; more → busy
-  double keep_alive_s = 0;     // idle seconds before unload; 0: keep loaded
+  std::size_t max_queue = 16;      // waiting jobs per model; more → busy
+  double keep_alive_s = 0;         // idle seconds before unload; 0: keep loaded
+  std::uint64_t memory_budget = 0; // bytes of all resident models together; 0: unlimited
+  model_sizer sizer;               // a load's bytes before loading; used only with a budget
 };
 
 // Runs blocking work (a model load) somewhere other than the caller's thread.
@@ -40,7 +42,9 @@ class model_registry {
   admin_error load(const std::string& alias, const std::string& path, std::optional<double> keep_alive_s,
                    model_info& out);
   // Loads beside the old model and repoints the alias; queued jobs move to the new model, the
-  // running one finishes on the old. A failed load leaves the old model serving.
+  // running one finishes on the old. A failed load leaves the old model serving. When the
+  // budget cannot hold both, drain-first: requests wait while the old model finishes its running
+  // request and is unloaded, then the new one loads (or, if that fails, the old one again).
   admin_error swap(const std::string& alias, const std::string& path, model_info& out);
   // Removes the alias; jobs already accepted still run (the old instance drains).
   admin_error unload(const std::string& alias);
@@ -60,8 +64,12 @@ class model_registry {
 
   nlohmann::json describe() const;  // the `models` reply
   std::string default_alias() const;
-  bool healthy() const;
+  bool healthy() const;  // every instance that may run a job reports healthy
   std::size_t size() const;
+  // Bytes counted against the budget: resident, draining and retired models plus reservations
+  // of loads in progress.
+  std::uint64_t used_bytes() const;
+  std::uint64_t memory_budget() const { return opt_.memory_budget; }
 
  private:
   enum class state { loading, resident, unloaded };
@@ -69,6 +77,8 @@ class model_registry {
     std::string path;
     double keep_alive_s = 0;
     std::shared_ptr<model_instance> current;
+    std::shared_ptr<model_instance> draining;  // drain-first swap: the old model finishing its job
+    std::uint64_t reserved = 0;               // budget held for a load of this alias in progress
     bool admin_busy = false;  // a load/swap of this alias is running
     std::deque<model_job> parked;
     model_instance::clock::time_point loaded_at{};
@@ -81,6 +91,21 @@ class model_registry {
   admin_error finish_load(const std::string& alias, result<std::unique_ptr<served_model>> m, model_info* out);
   static void fail_all(std::deque<model_job>& jobs, const proto::wire_error& e);
 
+  // The memory budget. `freed` is what the caller will release first (the old model of a
+  // drain-first swap). Picks idle models, least recently used first, until `need` fits; an error
+  // (nothing evicted then) names the sizes. Caller holds mu_.
+  std::optional<std::string> make_room(const std::string& alias, std::uint64_t need, std::uint64_t freed,
+                                       std::vector<std::shared_ptr<model_instance>>& victims);
+  std::uint64_t used_locked() const;
+  // Blocking: predicts the load's bytes, evicts what must go and reserves the budget for `alias`.
+  std::optional<std::string> admit(const std::string& alias, const std::string& path);
+  // admit, then the loader.
+  result<std::unique_ptr<served_model>> load_fitting(const std::string& alias, const std::string& path);
+  admin_error swap_drain_first(const std::string& alias, const std::string& path, std::uint64_t need,
+                               std::vector<std::shared_ptr<model_instance>> victims, model_info& out);
+  void release(std::vector<std::shared_ptr<model_instance>>& victims);  // blocking: closes and joins
+  void reap_retired();  // joins retired instances that have drained (blocking, briefly)
+
   model_loader loader_;
   registry_options opt_;
   admin_executor admin_;
@@ -89,6 +114,7 @@ class model_registry {
   std::map<std::string, entry> entries_;
   std::string default_;
   std::vector<std::shared_ptr<model_instance>> retired_;
+  std::uint64_t evicting_ = 0;  // bytes of evicted instances not yet joined
   bool closed_ = false;
 };
 

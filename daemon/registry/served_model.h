@@ -39,6 +39,7 @@ struct model_info {
   std::string path;
   std::string arch;
   std::string backend;
+  std::string device;             // where the weights and cache live: "cpu", "cuda:0", ...
   std::uint64_t n_vocab = 0;
   std::uint64_t n_ctx = 0;
   std::uint64_t file_bytes = 0;   // mapped weights
@@ -66,5 +67,9 @@ class served_model {
 
 // Loads a model file; the registry calls it on an admin thread.
 using model_loader = std::function<result<std::unique_ptr<served_model>>(const std::string& path)>;
+
+// Predicts the bytes a load of `path` would hold (weights + KV cache) without loading it, so the
+// memory budget can be checked before anything is allocated. Blocking (reads the file's header).
+using model_sizer = std::function<result<std::uint64_t>(const std::string& path)>;
 
 }  // namespace tandem::daemon

@@ -21,9 +21,9 @@ constexpr const char* extend_msg = "EXTEND_TIMEOUT_USEC=30000000";  // a load ma
 constexpr auto cancel_grace = std::chrono::seconds(10);
 }  // namespace
 
-server::server(daemon_config cfg, std::vector<std::string> argv, model_loader loader)
+server::server(daemon_config cfg, std::vector<std::string> argv, model_loader loader, model_sizer sizer)
     : cfg_(std::move(cfg)), argv_(std::move(argv)),
-      registry_(std::move(loader), registry_options{cfg_.queue_depth, cfg_.keep_alive},
+      registry_(std::move(loader), registry_options{cfg_.queue_depth, cfg_.keep_alive, cfg_.memory_budget, std::move(sizer)},
                 [this](std::function<void()> f) { asio::post(admin_, std::move(f)); }),
       handler_(handler_context{registry_, connections_, admin_, aux_, cfg_.max_frame, started_}),
       acceptor_(io_), signals_(io_, SIGTERM, SIGINT, SIGHUP), ticker_(io_) {}
@@ -36,7 +36,7 @@ int server::run() {
     auto g = resolve_group(cfg_.socket_group);
     if (!g) {
       log(log_level::error, "socket group: ", g.message());
-      return 1;
+      return exit_failure;
     }
     socket_gid = *g;
   }
@@ -45,17 +45,17 @@ int server::run() {
     log(log_level::info, "using the socket passed by systemd");
   } else if (!act_error.empty()) {
     log(log_level::error, act_error);
-    return 1;
+    return exit_failure;
   } else {
     auto mode = parse_mode(cfg_.socket_mode);
     if (!mode) {
       log(log_level::error, mode.message());
-      return 1;
+      return exit_failure;
     }
     auto ls = bind_listen_socket({cfg_.socket_path, cfg_.socket_group, *mode});
     if (!ls) {
       log(log_level::error, ls.message());
-      return 1;
+      return exit_failure;
     }
     acceptor_.assign(asio::local::stream_protocol(), ls->fd);
     socket_path_ = ls->path;
@@ -64,7 +64,7 @@ int server::run() {
   auto policy = peer_policy::from_names(cfg_.allow_users, cfg_.allow_groups, socket_gid);
   if (!policy) {
     log(log_level::error, "allowed peers: ", policy.message());
-    return 1;
+    return exit_failure;
   }
   policy_ = std::move(*policy);
 
@@ -82,7 +82,7 @@ int server::run() {
   registry_.join_all();
   if (!socket_path_.empty()) unlink(socket_path_.c_str());
   log(log_level::info, "stopped");
-  return 0;
+  return exit_ok;
 }
 
 asio::awaitable<void> server::accept_loop() {

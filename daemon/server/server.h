@@ -24,7 +24,8 @@ namespace asio = boost::asio;
 class server {
  public:
   // `argv` is kept for SIGHUP, which re-reads the config file with the same command line.
-  server(daemon_config cfg, std::vector<std::string> argv, model_loader loader);
+  // `sizer` predicts a load's bytes for memory-budget (unused without a budget).
+  server(daemon_config cfg, std::vector<std::string> argv, model_loader loader, model_sizer sizer = {});
   // Listens, preloads, serves until SIGTERM/SIGINT and drains. Returns the exit status.
   int run();
 

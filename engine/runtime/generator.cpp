@@ -85,7 +85,14 @@ result<generate_result> generate(backend& be, kv_cache& cache, int32_t seq,
   std::vector<float> logits;
   auto t0 = std::chrono::steady_clock::now();
   const size_t chunk = std::max<uint32_t>(1, params.n_batch);
+  const auto stop_now = [&] { return params.cancelled && params.cancelled(); };
   for (size_t start = 0; start < prompt.size(); start += chunk) {
+    if (stop_now()) {
+      cache.clear(seq);
+      res.reason = stop_reason::cancelled;
+      res.prefill_seconds = seconds_since(t0);
+      return res;
+    }
     batch b;
     const size_t end = std::min(prompt.size(), start + chunk);
     for (size_t i = start; i < end; ++i) b.add(prompt[i], seq, int32_t(i), i + 1 == prompt.size());
@@ -131,6 +138,10 @@ result<generate_result> generate(backend& be, kv_cache& cache, int32_t seq,
     if (params.max_tokens >= 0 && n + 1 >= params.max_tokens) break;
     if (cache.length(seq) >= n_ctx) {
       res.reason = stop_reason::context_limit;
+      break;
+    }
+    if (stop_now()) {
+      res.reason = stop_reason::cancelled;
       break;
     }
     batch b;

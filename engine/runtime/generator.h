@@ -22,6 +22,9 @@ struct generate_params {
   std::vector<int32_t> stop_tokens;       // not emitted as text
   std::vector<std::string> stop_strings;  // text is cut before the first match
   uint32_t n_batch = 512;                 // prompt tokens per forward pass
+  // Polled before every prefill pass and every decode step; true stops the generation with
+  // stop_reason::cancelled, so a long prompt can be abandoned within one pass. Optional.
+  std::function<bool()> cancelled;
 };
 
 enum class stop_reason { max_tokens, stop_token, stop_string, context_limit, cancelled };

@@ -350,6 +350,239 @@ def test_socket_activation(model):
         ls.close()
 
 
+def human(b):
+    """The daemon's size format (memory_budget.cpp)."""
+    if b < 1024:
+        return "%d B" % b
+    v, units = float(b), ["KiB", "MiB", "GiB", "TiB"]
+    u = -1
+    while v >= 1024 and u < 3:
+        v /= 1024
+        u += 1
+    return "%.1f %s" % (v, units[u])
+
+
+def model_bytes(model):
+    """Resident bytes of `model` as the daemon reports them (weights + KV cache)."""
+    d = Daemon([("m", model)])
+    try:
+        c = Client(d.sock)
+        return c.call({"id": 1, "op": "models"})["result"]["models"][0]["bytes"]
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def states(c, rid=900):
+    return {m["name"]: m["state"] for m in c.call({"id": rid, "op": "models"})["result"]["models"]}
+
+
+def test_memory_budget_evicts_and_refuses(model):
+    b = model_bytes(model)
+    d = Daemon([], extra=["--memory-budget", str(int(b * 2.5))])
+    try:
+        c = Client(d.sock)
+        for rid, name in ((1, "a"), (2, "b")):
+            check("result" in c.call({"id": rid, "op": "load", "name": name, "path": model}), "load " + name)
+        _, final = generate(c, 3, n=2, model="a")  # b is now the least recently used
+        check("result" in final, "generate on a: %r" % final)
+        r = c.call({"id": 4, "op": "load", "name": "c", "path": model})
+        check("result" in r, "load c: %r" % r)
+        check(states(c) == {"a": "resident", "b": "unloaded", "c": "resident"}, "eviction: %r" % states(c))
+        # a and c serving (long prompts keep them busy): nothing may be evicted, so d is refused
+        # with the sizes named.
+        prompt = long_prompt(c, 1900)
+        c.send({"id": 10, "op": "generate", "model": "a", "prompt": prompt, "max_tokens": 1000})
+        c.send({"id": 11, "op": "generate", "model": "c", "prompt": prompt, "max_tokens": 1000})
+        time.sleep(0.2)
+        r = c.call({"id": 12, "op": "load", "name": "d", "path": model})
+        msg = r.get("error", {}).get("message", "")
+        check(r.get("error", {}).get("code") == "load_failed", "refusal: %r" % r)
+        # The estimate made before loading equals what a loaded copy holds.
+        check("'d' needs %s but memory-budget is %s" % (human(b), human(int(b * 2.5))) in msg, "message: %r" % msg)
+        check("serving or loading: a %s, c %s" % (human(b), human(b)) in msg, "message: %r" % msg)
+        for rid in (10, 11):
+            c.send({"id": 100 + rid, "op": "cancel", "target": rid})
+        finals = {}
+        while len(finals) < 4:
+            r = c.recv()
+            if "result" in r or "error" in r:
+                finals[r["id"]] = r
+        check("result" in finals[10] and "result" in finals[11], "a and c kept serving: %r" % finals)
+        check(states(c) == {"a": "resident", "b": "unloaded", "c": "resident"}, "after refusal: %r" % states(c))
+        # The evicted alias still answers: it is loaded again in place of the least recently used.
+        _, final = generate(c, 20, n=2, model="b")
+        check("result" in final, "evicted model reloads: %r" % final)
+        st = c.call({"id": 21, "op": "status"})["result"]
+        check(st["memory"]["budget_used_bytes"] <= int(b * 2.5), "over budget: %r" % st["memory"])
+        cpu = [x for x in st["devices"] if x["device"] == "cpu"][0]
+        check(cpu["model_bytes"] == 2 * b and cpu["total_bytes"] > 0, "devices: %r" % st["devices"])
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def test_drain_first_swap_under_load(model):
+    other = make_model("tiny_b.gguf", 7)
+    b = model_bytes(model)
+    d = Daemon([("default", model)], extra=["--queue-depth", "64", "--memory-budget", str(int(b * 1.5))])
+    failures, done = [], []
+    stop = threading.Event()
+
+    def worker(k):
+        try:
+            c = Client(d.sock)
+            rid = 1
+            while not stop.is_set():
+                _, final = generate(c, rid, prompt="client %d" % k, n=6)
+                (done if "result" in final else failures).append(final)
+                rid += 1
+            c.close()
+        except Exception as e:  # noqa: BLE001 - any failure counts
+            failures.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        admin = Client(d.sock)
+        for i in range(3):
+            time.sleep(0.3)
+            r = admin.call({"id": 1000 + i, "op": "swap", "name": "default", "path": other if i % 2 == 0 else model})
+            check("result" in r, "swap %d: %r" % (i, r))
+            used = admin.call({"id": 1100 + i, "op": "status"})["result"]["memory"]["budget_used_bytes"]
+            check(used <= int(b * 1.5), "over budget after swap %d: %d" % (i, used))
+        deadline = time.time() + 120
+        while len(done) < 8 and time.time() < deadline and not failures:
+            time.sleep(0.1)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        m = admin.call({"id": 3000, "op": "models"})["result"]["models"][0]
+        check(m["path"] == other and m["swaps"] == 3 and m["state"] == "resident", "after swaps: %r" % m)
+        check(not failures, "failed requests during drain-first swaps: %r" % failures[:3])
+    finally:
+        stop.set()
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def long_prompt(c, tokens):
+    """A prompt of about `tokens` tokens for the loaded model."""
+    unit = "the quick brown fox jumps over the lazy dog "
+    n = c.call({"id": 990, "op": "tokenize", "text": unit * 10})["result"]["count"]
+    return unit * max(1, int(tokens * 10 / n))
+
+
+def test_cancel_inside_prefill(model):
+    d = Daemon([("default", model)], extra=["--prefill-chunk", "64"])
+    try:
+        c = Client(d.sock)
+        prompt = long_prompt(c, 1900)
+        t0 = time.time()
+        _, full = generate(c, 1, prompt=prompt, n=1, stream=False)
+        prefill = time.time() - t0
+        check(full["result"]["prompt_tokens"] > 1000, "prompt: %r" % full)
+        # Cancel a quarter into the prefill: it ends at the next chunk, long before the prompt is done.
+        c.send({"id": 2, "op": "generate", "prompt": prompt, "max_tokens": 50})
+        time.sleep(prefill / 4)
+        t1 = time.time()
+        c.send({"id": 3, "op": "cancel", "target": 2})
+        finals = {}
+        while len(finals) < 2:
+            r = c.recv()
+            if "result" in r or "error" in r:
+                finals[r["id"]] = r
+                if r["id"] == 2:
+                    stopped = time.time() - t1
+        res = finals[2]["result"]
+        check(res["finish_reason"] == "cancelled" and res["generated_tokens"] == 0, "cancelled: %r" % res)
+        print("  prefill of %d tokens %.2fs; cancel took %.3fs" % (full["result"]["prompt_tokens"], prefill, stopped))
+        if prefill > 0.4:  # too fast a machine leaves nothing to measure
+            check(stopped < prefill / 2, "cancel took %.2fs of a %.2fs prefill" % (stopped, prefill))
+        # A client that goes away mid-prefill frees the model as quickly.
+        c2 = Client(d.sock)
+        c2.send({"id": 1, "op": "generate", "prompt": prompt, "max_tokens": 50})
+        time.sleep(prefill / 4)
+        c2.close()
+        t2 = time.time()
+        while time.time() - t2 < 30:
+            st = c.call({"id": 4, "op": "status"})["result"]
+            if not st["models"][0]["running"] and st["in_flight"] == 0:
+                break
+            time.sleep(0.01)
+        freed = time.time() - t2
+        check(not st["models"][0]["running"], "still prefilling for a gone client")
+        if prefill > 0.4:
+            check(freed < prefill / 2, "disconnect took %.2fs of a %.2fs prefill" % (freed, prefill))
+        _, final = generate(c, 5, n=3)
+        check("result" in final, "serving after cancels: %r" % final)
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def test_watchdog_follows_engine_health(model):
+    ns_path = os.path.join(TMP, "watchdog.sock")
+    ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ns.bind(ns_path)
+    ns.settimeout(0.05)
+    env = dict(os.environ, NOTIFY_SOCKET=ns_path, WATCHDOG_USEC="400000")
+    # The whole prompt in one forward pass, and a stall limit far below that pass's time.
+    d = Daemon([("default", model)], env=env, extra=["--prefill-chunk", "4096", "--stall-timeout", "0.05"])
+    pings = []
+
+    def drain(seconds):
+        end = time.time() + seconds
+        while time.time() < end:
+            try:
+                for m in ns.recv(4096).decode().split("\n"):
+                    if m == "WATCHDOG=1":
+                        pings.append(time.time())
+            except socket.timeout:
+                pass
+
+    try:
+        drain(1.0)
+        check(len(pings) >= 2, "no WATCHDOG=1 while idle: %r" % pings)
+        c = Client(d.sock)
+        prompt = long_prompt(c, 1900)
+        c.send({"id": 1, "op": "generate", "prompt": prompt, "max_tokens": 1, "stream": False})
+        c.s.settimeout(0.05)
+        t0 = time.time()
+        final = None
+        while final is None:
+            drain(0.05)
+            try:
+                final = c.recv()
+            except socket.timeout:
+                pass
+        t1 = time.time()
+        c.s.settimeout(60)
+        drain(1.0)
+        check(pings and pings[-1] > t1, "no WATCHDOG=1 after the long pass ended: %r" % pings)
+        print("  one %.2fs forward pass" % (t1 - t0))
+        if t1 - t0 > 0.8:  # long enough for a tick (every 0.2s) past the 0.05s stall limit
+            inside = [p for p in pings if t0 + 0.3 < p < t1 - 0.05]
+            check(not inside, "WATCHDOG=1 sent while a forward pass was stalled: %r" % inside)
+            with open(os.path.join(TMP, "tandemd.log"), "rb") as f:
+                check(b"withholding the watchdog ping" in f.read(), "no log line for the withheld ping")
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+        ns.close()
+
+
+def test_exit_statuses(model):
+    def run(*args):
+        return subprocess.run([ARGS.tandemd] + list(args), capture_output=True, timeout=30)
+
+    for args in (["--no-such-flag"], ["--config", os.devnull, "--queue-depth", "0"],
+                 ["--config", os.devnull, "--memory-budget", "lots"], ["--config", os.devnull, "--model", "x"],
+                 ["--config", os.path.join(TMP, "missing.toml")]):
+        r = run(*args)
+        check(r.returncode == 2 and r.stderr, "usage error %r: %r" % (args, r))
+    r = run("--help")
+    check(r.returncode == 0 and b"--memory-budget" in r.stdout, "--help: %r" % (r,))
+    r = run("--config", os.devnull, "--socket", os.path.join(TMP, "no", "such", "dir.sock"))
+    check(r.returncode == 1 and b"bind" in r.stderr, "runtime failure: %r" % (r,))
+
+
 def test_client_cli(model):
     if not ARGS.tandem:
         print("  (skipped: no --tandem)")

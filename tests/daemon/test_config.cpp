@@ -50,7 +50,57 @@ TEST(daemon_config, misspelt_key_is_an_error) {
 TEST(daemon_config, out_of_range_gpu_is_an_error) {
   auto r = parse({"--config", "/dev/null", "--gpu", "-2"});
   EXPECT_TRUE(r.exit_now);
-  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.exit_code, exit_usage);
+}
+
+// tandemd(8): every command-line or file error exits 2, --help and --version exit 0.
+TEST(daemon_config, every_usage_error_exits_2) {
+  config_file bad_value("queue-depth = \"many\"\n");
+  config_file unknown_key("thread = 3\n");
+  const std::vector<std::vector<std::string>> cases = {
+      {"--no-such-flag"},
+      {"--config", "/dev/null", "--queue-depth", "0"},
+      {"--config", "/dev/null", "--context"},
+      {"--config", "/dev/null", "stray-positional"},
+      {"--config", "/nonexistent/tandemd.toml"},
+      {"--config", bad_value.path},
+      {"--config", unknown_key.path},
+      {"--config", "/dev/null", "--model", "no-equals-sign"},
+      {"--config", "/dev/null", "--model", "a=/x.gguf", "--model", "a=/y.gguf"},
+      {"--config", "/dev/null", "--memory-budget", "lots"},
+  };
+  for (const auto& args : cases) {
+    auto r = parse(args);
+    EXPECT_TRUE(r.exit_now) << args.back();
+    EXPECT_EQ(r.exit_code, exit_usage) << args.back() << ": " << r.output;
+    EXPECT_FALSE(r.output.empty()) << args.back();
+  }
+  for (const char* flag : {"--help", "--version"}) {
+    auto r = parse({flag});
+    EXPECT_TRUE(r.exit_now);
+    EXPECT_EQ(r.exit_code, exit_ok) << flag;
+    EXPECT_FALSE(r.output.empty()) << flag;
+  }
+}
+
+TEST(daemon_config, memory_budget_sizes) {
+  config_file f("memory-budget = \"1.5GiB\"\n");
+  auto r = parse({"--config", f.path});
+  ASSERT_FALSE(r.exit_now) << r.output;
+  EXPECT_EQ(r.config.memory_budget, 3ull << 29);
+  EXPECT_EQ(parse({"--config", "/dev/null"}).config.memory_budget, 0u);  // unlimited by default
+  EXPECT_EQ(parse_byte_size("512 MiB", "k").value(), 512ull << 20);
+  EXPECT_EQ(parse_byte_size("8G", "k").value(), 8ull << 30);
+  EXPECT_EQ(parse_byte_size("2GB", "k").value(), 2000000000u);
+  EXPECT_EQ(parse_byte_size("12345", "k").value(), 12345u);
+  EXPECT_EQ(parse_byte_size("3kib", "k").value(), 3072u);
+  for (const char* bad : {"", "GiB", "1.2.3G", "-1G", "5 parsecs", "1e30", "99999999999TiB"}) {
+    auto b = parse_byte_size(bad, "memory-budget");
+    EXPECT_FALSE(b.ok()) << bad;
+    if (!b.ok()) {
+      EXPECT_NE(b.message().find("memory-budget"), std::string::npos);
+    }
+  }
 }
 
 }  // namespace

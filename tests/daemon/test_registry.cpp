@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "registry/model_registry.h"
@@ -14,11 +16,26 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// "/m/a@300" is a model of 300 bytes; paths without '@' have none.
+std::uint64_t size_of(const std::string& path) {
+  const auto at = path.rfind('@');
+  return at == std::string::npos ? 0 : std::stoull(path.substr(at + 1));
+}
+
+// Bytes of fake models alive right now, and the most ever alive together.
+std::atomic<std::uint64_t> g_live{0};
+std::atomic<std::uint64_t> g_peak{0};
+
 // Emits its path as text, one chunk per `step`, `chunks` times; stops when the sink says so.
 class fake_model final : public served_model {
  public:
   fake_model(std::string path, int chunks, std::chrono::milliseconds step)
-      : path_(std::move(path)), chunks_(chunks), step_(step) {}
+      : path_(std::move(path)), chunks_(chunks), step_(step), bytes_(size_of(path_)) {
+    const auto now = g_live += bytes_;
+    for (auto p = g_peak.load(); now > p && !g_peak.compare_exchange_weak(p, now);) {
+    }
+  }
+  ~fake_model() override { g_live -= bytes_; }
   result<generation_stats> generate(const generation_input&, const text_sink& on_text) override {
     generation_stats s;
     s.finish_reason = "length";
@@ -36,20 +53,48 @@ class fake_model final : public served_model {
     return std::vector<std::int32_t>(t.size(), 1);
   }
   result<std::string> detokenize(std::span<const std::int32_t>) const override { return path_; }
-  model_info info() const override { return {path_, "fake", "none", 1, 1, 0, 0}; }
+  // "wedged" models stand for an engine stuck in a forward pass.
+  bool healthy() const override { return path_.find("wedged") == std::string::npos; }
+  model_info info() const override {
+    model_info i;
+    i.path = path_;
+    i.arch = "fake";
+    i.backend = "none";
+    i.device = "cpu";
+    i.file_bytes = bytes_;
+    return i;
+  }
 
  private:
   std::string path_;
   int chunks_;
   std::chrono::milliseconds step_;
+  std::uint64_t bytes_;
 };
 
+// "corrupt" fails at once (also for the sizer); "late-fail" passes the sizer and fails to load.
 model_loader fake_loader(int chunks, std::chrono::milliseconds step, std::chrono::milliseconds load_time = 0ms) {
   return [=](const std::string& path) -> result<std::unique_ptr<served_model>> {
     std::this_thread::sleep_for(load_time);
     if (path.find("corrupt") != std::string::npos) return make_error(path, ": not a GGUF file");
+    if (path.find("late-fail") != std::string::npos) return make_error(path, ": tensor data is truncated");
     return std::unique_ptr<served_model>(std::make_unique<fake_model>(path, chunks, step));
   };
+}
+
+model_sizer fake_sizer() {
+  return [](const std::string& path) -> result<std::uint64_t> {
+    if (path.find("corrupt") != std::string::npos) return make_error(path, ": not a GGUF file");
+    return size_of(path);
+  };
+}
+
+registry_options budget(std::uint64_t bytes, std::size_t max_queue = 16) {
+  registry_options o;
+  o.max_queue = max_queue;
+  o.memory_budget = bytes;
+  o.sizer = fake_sizer();
+  return o;
 }
 
 admin_executor thread_executor() {
@@ -216,6 +261,193 @@ TEST(registry, close_all_fails_parked_jobs) {
   reg.close_all();
   EXPECT_EQ(p.done.get_future().get().rfind("failed:", 0), 0u);
   std::this_thread::sleep_for(400ms);  // let the detached reload finish before the registry dies
+}
+
+std::string state_of(const model_registry& reg, const std::string& alias) {
+  for (const auto& m : reg.describe())
+    if (m["name"] == alias) return m["state"];
+  return "absent";
+}
+
+// Runs one job on `alias` and waits for it; returns what the model said.
+std::string run_one(model_registry& reg, const std::string& alias) {
+  probe p;
+  if (auto e = reg.submit(alias, p.job())) return "refused:" + e->message;
+  return p.done.get_future().get();
+}
+
+TEST(registry_budget, evicts_idle_models_least_recently_used_first) {
+  model_registry reg(fake_loader(1, 1ms), budget(300), thread_executor());
+  model_info info;
+  ASSERT_FALSE(reg.load("a", "/m/a@100", std::nullopt, info));
+  ASSERT_FALSE(reg.load("b", "/m/b@100", std::nullopt, info));
+  ASSERT_FALSE(reg.load("c", "/m/c@100", std::nullopt, info));
+  std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(run_one(reg, "c"), "/m/c@100");
+  std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(run_one(reg, "a"), "/m/a@100");
+  // Last uses: b (its load) < c < a.
+  ASSERT_FALSE(reg.load("d", "/m/d@100", std::nullopt, info));
+  EXPECT_EQ(state_of(reg, "b"), "unloaded");
+  EXPECT_EQ(state_of(reg, "a"), "resident");
+  EXPECT_EQ(state_of(reg, "c"), "resident");
+  EXPECT_EQ(reg.used_bytes(), 300u);
+  // 200 more needs two to go: c, then a (d was loaded after a's last use).
+  ASSERT_FALSE(reg.load("e", "/m/e@200", std::nullopt, info));
+  EXPECT_EQ(state_of(reg, "c"), "unloaded");
+  EXPECT_EQ(state_of(reg, "a"), "unloaded");
+  EXPECT_EQ(state_of(reg, "d"), "resident");
+  EXPECT_EQ(reg.used_bytes(), 300u);
+  // An evicted alias still serves: it loads again, evicting the least recently used (d).
+  EXPECT_EQ(run_one(reg, "b"), "/m/b@100");
+  EXPECT_EQ(state_of(reg, "d"), "unloaded");
+  EXPECT_EQ(state_of(reg, "e"), "resident");
+  EXPECT_LE(reg.used_bytes(), 300u);
+}
+
+TEST(registry_budget, refusal_names_the_sizes_and_evicts_nothing) {
+  model_registry reg(fake_loader(400, 5ms), budget(300), thread_executor());
+  model_info info;
+  ASSERT_FALSE(reg.load("a", "/m/a@100", std::nullopt, info));
+  ASSERT_FALSE(reg.load("b", "/m/b@100", std::nullopt, info));
+  probe busy;
+  ASSERT_FALSE(reg.submit("a", busy.job()));
+  std::this_thread::sleep_for(20ms);  // a is serving; b is idle
+  // Evicting b would still leave 100 + 250 > 300: refused, and b stays.
+  auto err = reg.load("c", "/m/c@250", std::nullopt, info);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code, proto::error_code::load_failed);
+  EXPECT_NE(err->message.find("'c' needs 250 B but memory-budget is 300 B and 200 B are in use"), std::string::npos)
+      << err->message;
+  EXPECT_NE(err->message.find("100 B of it by idle models"), std::string::npos) << err->message;
+  EXPECT_NE(err->message.find("serving or loading: a 100 B"), std::string::npos) << err->message;
+  EXPECT_EQ(state_of(reg, "a"), "resident");
+  EXPECT_EQ(state_of(reg, "b"), "resident");
+  EXPECT_EQ(state_of(reg, "c"), "absent");
+  EXPECT_EQ(reg.used_bytes(), 200u);
+  // A model larger than the whole budget is refused the same way.
+  auto huge = reg.load("h", "/m/h@5000", std::nullopt, info);
+  ASSERT_TRUE(huge);
+  EXPECT_NE(huge->message.find("needs 4.9 KiB"), std::string::npos) << huge->message;
+  busy.j_cancelled->store(true);
+  busy.done.get_future().get();
+}
+
+// Clients submitting back to back on `alias` until stopped; every failure is recorded.
+struct load_generator {
+  model_registry& reg;
+  std::string alias;
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::vector<std::string> failures;
+  std::map<std::string, int> served_by;
+  std::vector<std::thread> threads;
+
+  load_generator(model_registry& r, std::string a, int n) : reg(r), alias(std::move(a)) {
+    for (int i = 0; i < n; ++i)
+      threads.emplace_back([this] {
+        while (!stop) {
+          auto got = run_one(reg, alias);
+          std::lock_guard lk(mu);
+          if (got.rfind("refused:", 0) == 0 || got.rfind("failed:", 0) == 0) failures.push_back(got);
+          else ++served_by[got];
+        }
+      });
+  }
+  void finish() {
+    stop = true;
+    for (auto& t : threads) t.join();
+    threads.clear();
+  }
+  ~load_generator() {
+    if (!threads.empty()) finish();
+  }
+};
+
+TEST(registry_budget, swap_that_does_not_fit_drains_first_and_fails_nothing) {
+  model_registry reg(fake_loader(4, 2ms, 30ms), budget(150), thread_executor());
+  model_info info;
+  ASSERT_FALSE(reg.load("a", "/m/old@100", std::nullopt, info));
+  g_peak = g_live.load();
+  load_generator gen(reg, "a", 4);
+  std::this_thread::sleep_for(60ms);
+  ASSERT_FALSE(reg.swap("a", "/m/new@100", info));  // 100 + 100 > 150: drain-first
+  EXPECT_EQ(info.path, "/m/new@100");
+  std::this_thread::sleep_for(60ms);
+  gen.finish();
+  EXPECT_TRUE(gen.failures.empty()) << gen.failures.size() << " failed, first: " << gen.failures.front();
+  EXPECT_GT(gen.served_by["/m/old@100"], 0);
+  EXPECT_GT(gen.served_by["/m/new@100"], 0);
+  EXPECT_LE(g_peak.load(), 150u);  // never both models at once
+  const auto m = reg.describe()[0];
+  EXPECT_EQ(m["state"], "resident");
+  EXPECT_EQ(m["path"], "/m/new@100");
+  EXPECT_EQ(m["swaps"], 1u);
+  EXPECT_EQ(reg.used_bytes(), 100u);
+}
+
+TEST(registry_budget, failed_drain_first_swap_reloads_the_old_model_and_fails_nothing) {
+  model_registry reg(fake_loader(4, 2ms, 30ms), budget(150), thread_executor());
+  model_info info;
+  ASSERT_FALSE(reg.load("a", "/m/old@100", std::nullopt, info));
+  g_peak = g_live.load();
+  load_generator gen(reg, "a", 4);
+  std::this_thread::sleep_for(60ms);
+  auto err = reg.swap("a", "/m/late-fail@100", info);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code, proto::error_code::load_failed);
+  EXPECT_NE(err->message.find("tensor data is truncated"), std::string::npos) << err->message;
+  EXPECT_NE(err->message.find("the old model was loaded again and serves"), std::string::npos) << err->message;
+  // A file the sizer already rejects is refused before anything drains.
+  auto early = reg.swap("a", "/m/corrupt@100", info);
+  ASSERT_TRUE(early);
+  EXPECT_EQ(early->code, proto::error_code::load_failed);
+  std::this_thread::sleep_for(60ms);
+  gen.finish();
+  EXPECT_TRUE(gen.failures.empty()) << gen.failures.size() << " failed, first: " << gen.failures.front();
+  EXPECT_EQ(gen.served_by.size(), 1u);
+  EXPECT_GT(gen.served_by["/m/old@100"], 0);
+  EXPECT_LE(g_peak.load(), 150u);
+  EXPECT_EQ(reg.describe()[0]["path"], "/m/old@100");
+  EXPECT_EQ(state_of(reg, "a"), "resident");
+  EXPECT_EQ(reg.used_bytes(), 100u);
+}
+
+TEST(registry_budget, swap_that_fits_runs_side_by_side) {
+  model_registry reg(fake_loader(20, 5ms), budget(250), thread_executor());
+  model_info info;
+  ASSERT_FALSE(reg.load("a", "/m/old@100", std::nullopt, info));
+  g_peak = g_live.load();
+  probe running;
+  ASSERT_FALSE(reg.submit("a", running.job()));
+  std::this_thread::sleep_for(20ms);
+  ASSERT_FALSE(reg.swap("a", "/m/new@100", info));
+  EXPECT_EQ(running.done.get_future().get(), "/m/old@100");
+  EXPECT_EQ(g_peak.load(), 200u);
+  EXPECT_EQ(reg.describe()[0]["swaps"], 1u);
+}
+
+TEST(registry, health_covers_resident_and_still_running_retired_models) {
+  model_registry reg(fake_loader(30, 5ms), {}, thread_executor());
+  model_info info;
+  ASSERT_FALSE(reg.load("a", "/m/fine", std::nullopt, info));
+  EXPECT_TRUE(reg.healthy());
+  ASSERT_FALSE(reg.load("w", "/m/wedged", std::nullopt, info));
+  EXPECT_FALSE(reg.healthy());
+  probe running;
+  ASSERT_FALSE(reg.submit("w", running.job()));
+  std::this_thread::sleep_for(20ms);
+  // Swapped away while its request still runs: the old engine still counts.
+  ASSERT_FALSE(reg.swap("w", "/m/fine2", info));
+  reg.sweep();
+  EXPECT_FALSE(reg.healthy());
+  EXPECT_EQ(running.done.get_future().get(), "/m/wedged");
+  // The worker marks itself idle just after the job's reply; sweep joins it once it has.
+  for (int i = 0; i < 200 && !reg.healthy(); ++i) {
+    std::this_thread::sleep_for(5ms);
+    reg.sweep();
+  }
+  EXPECT_TRUE(reg.healthy());
 }
 
 }  // namespace

@@ -79,8 +79,8 @@ def stats(text=None):
 
 
 MODELS = [{"name": "default", "path": "/m/a.gguf", "state": "resident", "default": True, "queued": 0,
-           "running": False, "keep_alive": 0, "swaps": 0, "arch": "llama", "backend": "cpu", "n_vocab": 256,
-           "n_ctx": 128, "file_bytes": 1048576, "cache_bytes": 65536, "completed": 1}]
+           "running": False, "keep_alive": 0, "swaps": 0, "arch": "llama", "backend": "cpu", "device": "cpu",
+           "n_vocab": 256, "n_ctx": 128, "file_bytes": 1048576, "cache_bytes": 65536, "completed": 1}]
 
 
 def standard(req, c):
@@ -98,7 +98,12 @@ def standard(req, c):
     elif op == "status":
         c.send({"id": rid, "result": {"version": "0.1.0", "protocol": 1, "pid": 1, "uptime_seconds": 5.0,
                                       "draining": False, "connections": 1, "in_flight": 0, "queued": 0,
-                                      "memory": {"rss_bytes": 1 << 20, "model_bytes": 1 << 20}, "models": MODELS}})
+                                      "memory": {"rss_bytes": 1 << 20, "model_bytes": 1 << 20,
+                                                 "budget_bytes": 8 << 30, "budget_used_bytes": 1 << 20},
+                                      "devices": [{"device": "cpu", "models": ["default"], "model_bytes": 1 << 20,
+                                                   "total_bytes": 16 << 30, "available_bytes": 12 << 30},
+                                                  {"device": "cuda:0", "models": [], "model_bytes": 0}],
+                                      "models": MODELS}})
     elif op == "tokenize":
         c.send({"id": rid, "result": {"tokens": [1, 72, 105], "count": 3}})
     elif op in ("load", "swap"):
@@ -187,6 +192,14 @@ def test_run_streams_and_json():
             check(r.returncode == 0, "%s --json: %r" % (cmd, r))
             obj = json.loads(r.stdout)
             check("models" in obj, "%s json: %r" % (cmd, obj))
+        # Memory per device, and the budget.
+        r = tandem("status", sock=d.path)
+        out = r.stdout.decode()
+        check(r.returncode == 0 and "budget 8.0 GiB (1.0 MiB used)" in out, "status budget: %r" % (r,))
+        check("  cpu: 1.0 MiB in models (default), 12.0 GiB of 16.0 GiB available" in out, "status cpu: %r" % out)
+        check("  cuda:0: 0 B in models\n" in out, "status cuda: %r" % out)
+        r = tandem("ps", sock=d.path)
+        check(r.returncode == 0 and "DEVICE" in r.stdout.decode(), "ps device column: %r" % (r,))
         r = tandem("--json", "tokenize", "Hi", sock=d.path)
         check(json.loads(r.stdout) == {"tokens": [1, 72, 105], "count": 3}, "tokenize json: %r" % (r,))
         r = tandem("tokenize", "--no-special", "Hi", sock=d.path)

@@ -113,6 +113,71 @@ TEST(generator, cancel_from_callback) {
   EXPECT_EQ(r->tokens.size(), 3u);
 }
 
+// Passes everything to a real backend and counts the forward passes.
+class counting_backend final : public backend {
+ public:
+  explicit counting_backend(backend& inner) : inner_(inner) {}
+  std::string_view name() const override { return inner_.name(); }
+  const model_desc& model() const override { return inner_.model(); }
+  result<std::unique_ptr<kv_cache>> make_cache(const kv_cache_config& cfg) override { return inner_.make_cache(cfg); }
+  status forward(const batch& b, kv_cache& cache, std::vector<float>& logits) override {
+    ++forwards;
+    return inner_.forward(b, cache, logits);
+  }
+  int forwards = 0;
+
+ private:
+  backend& inner_;
+};
+
+TEST(generator, cancel_during_prefill_stops_between_chunks) {
+  auto e = make_engine();
+  counting_backend be(*e.be);
+  generate_params gp;
+  gp.max_tokens = 10;
+  gp.n_batch = 2;  // the 6-token prompt takes three passes
+  gp.cancelled = [&] { return be.forwards >= 1; };
+  bool got_text = false;
+  auto r = generate(be, *e.cache, 0, k_prompt, gp, text_of, [&](std::string_view) {
+    got_text = true;
+    return true;
+  });
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_EQ(r->reason, stop_reason::cancelled);
+  EXPECT_EQ(be.forwards, 1);  // one chunk ran, the other two never did
+  EXPECT_TRUE(r->tokens.empty());
+  EXPECT_EQ(r->n_prompt, k_prompt.size());
+  EXPECT_FALSE(got_text);
+  EXPECT_EQ(e.cache->length(0), 0u);  // the partial prompt was dropped
+
+  // Cancelled before anything ran: no pass at all. And the instance still generates afterwards.
+  be.forwards = 0;
+  gp.cancelled = [] { return true; };
+  r = generate(be, *e.cache, 0, k_prompt, gp, text_of, {});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->reason, stop_reason::cancelled);
+  EXPECT_EQ(be.forwards, 0);
+  gp.cancelled = {};
+  r = generate(be, *e.cache, 0, k_prompt, gp, text_of, {});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->reason, stop_reason::max_tokens);
+  EXPECT_EQ(r->tokens.size(), 10u);
+}
+
+TEST(generator, cancel_flag_stops_decoding_without_text_callback) {
+  auto e = make_engine();
+  counting_backend be(*e.be);
+  generate_params gp;
+  gp.max_tokens = 10;
+  gp.n_batch = 8;  // prefill in one pass
+  gp.cancelled = [&] { return be.forwards >= 3; };
+  auto r = generate(be, *e.cache, 0, k_prompt, gp, text_of, {});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->reason, stop_reason::cancelled);
+  EXPECT_EQ(be.forwards, 3);       // prefill + two decode passes
+  EXPECT_EQ(r->tokens.size(), 3u);  // each pass gave a token; the third was sampled, not decoded
+}
+
 TEST(generator, utf8_prefix_holds_back_partial_characters) {
   EXPECT_EQ(utf8_complete_prefix("abc"), 3u);
   EXPECT_EQ(utf8_complete_prefix("a\xE2\x82"), 1u);      // € missing its last byte
