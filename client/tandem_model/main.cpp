@@ -10,6 +10,7 @@
 #include "import_cmd.h"
 #include "logits_cmd.h"
 #include "perplexity_cmd.h"
+#include "plan_cmd.h"
 #include "run_cmd.h"
 #include "tokenize_cmd.h"
 
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   tandem::add_logits_command(app);
   tandem::add_import_command(app);
   tandem::add_bench_command(app);
+  tandem::add_plan_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

@@ -1,0 +1,167 @@
+// Text and JSON renderings of a memory plan.
+#include "plan/plan_report.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/plan_parse.h"
+
+namespace tandem {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::string_view kind_name(placement_kind k) {
+  switch (k) {
+    case placement_kind::whole: return "whole";
+    case placement_kind::replica: return "replica";
+    case placement_kind::rows: return "rows";
+    case placement_kind::columns: return "columns";
+  }
+  return "?";
+}
+
+std::string range_text(uint64_t b, uint64_t e) {
+  return e > b + 1 ? std::to_string(b) + "-" + std::to_string(e - 1) : std::to_string(b);
+}
+
+// "layers 0-63, KV heads 0-2 (3 of 8), FFN columns 0-9215 (9216 of 25600), embeddings, output head"
+std::string share_text(const model_desc& desc, const memory_plan& p, const device_share& s) {
+  if (!s.used()) return "nothing";
+  const auto& hp = desc.hp;
+  std::string out;
+  auto add = [&out](const std::string& part) {
+    if (!out.empty()) out += ", ";
+    out += part;
+  };
+  if (s.layer_end > s.layer_begin) {
+    add("layers " + range_text(s.layer_begin, s.layer_end) + " (" + std::to_string(s.layer_end - s.layer_begin) +
+        " of " + std::to_string(hp.n_layer) + ")");
+    if (p.split == split_mode::tensor) {
+      const uint32_t nh = s.kv_head_end - s.kv_head_begin;
+      add(nh ? "KV heads " + range_text(s.kv_head_begin, s.kv_head_end) + " (" + std::to_string(nh) + " of " +
+                   std::to_string(hp.n_head_kv) + ")"
+             : "no KV heads");
+      const uint64_t nf = s.ffn_end - s.ffn_begin;
+      add(nf ? "FFN columns " + range_text(s.ffn_begin, s.ffn_end) + " (" + std::to_string(nf) + " of " +
+                   std::to_string(hp.n_ff) + ")"
+             : "no FFN columns");
+    }
+  }
+  if (s.embeddings) add("embeddings");
+  if (s.output) add("output head and logits");
+  return out;
+}
+
+std::string ratio_text(const std::vector<double>& r) {
+  double lo = 0;
+  for (double x : r)
+    if (x > 0 && (lo == 0 || x < lo)) lo = x;
+  std::string out;
+  char buf[32];
+  for (size_t i = 0; i < r.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%.3g", lo > 0 ? r[i] / lo : 0.0);
+    if (i) out += ':';
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string plan_to_json(const model_desc& desc, const memory_plan& p, bool with_tensors) {
+  const auto& hp = desc.hp;
+  json j;
+  j["model"] = {{"arch", std::string(desc.arch->name)}, {"n_layer", hp.n_layer},     {"n_head", hp.n_head},
+                {"n_head_kv", hp.n_head_kv},            {"head_dim", hp.head_dim},   {"n_embd", hp.n_embd},
+                {"n_ff", hp.n_ff},                      {"n_vocab", hp.n_vocab},     {"tensor_bytes", p.model_tensor_bytes}};
+  j["run"] = {{"n_ctx", p.n_ctx},       {"n_seqs", p.n_seqs},         {"n_batch", p.n_batch},
+              {"n_logits", p.n_logits}, {"block_size", p.block_size}, {"kv_type", std::string(type_name(p.kv_type))}};
+  j["split"] = std::string(split_mode_name(p.split));
+  j["ratios"] = p.ratios;
+  j["default_ratios"] = p.default_ratios;
+  j["main_device"] = p.main_device;
+  j["devices"] = json::array();
+  for (size_t d = 0; d < p.devices.size(); ++d) {
+    const auto& dv = p.devices[d];
+    const auto& u = p.usage[d];
+    const auto& s = p.shares[d];
+    json e;
+    e["index"] = d;
+    e["name"] = dv.name;
+    e["cuda_id"] = dv.cuda_id >= 0 ? json(dv.cuda_id) : json(nullptr);
+    e["total_bytes"] = dv.total_bytes;
+    e["free_bytes"] = dv.free_bytes;
+    e["cap_bytes"] = dv.cap_bytes ? json(dv.cap_bytes) : json(nullptr);
+    e["share"] = {{"layers", {s.layer_begin, s.layer_end}},
+                  {"kv_heads", {s.kv_head_begin, s.kv_head_end}},
+                  {"ffn_columns", {s.ffn_begin, s.ffn_end}},
+                  {"embeddings", s.embeddings},
+                  {"output", s.output}};
+    e["bytes"] = {{"weights", u.weights},     {"kv_cache", u.kv_cache}, {"activations", u.activations},
+                  {"workspace", u.workspace}, {"overhead", u.overhead}, {"total", u.total}};
+    e["tensor_bytes"] = u.tensor_bytes;
+    e["capacity"] = u.capacity;
+    e["available"] = u.available;
+    e["fits"] = u.fits;
+    e["shortfall"] = u.shortfall;
+    j["devices"].push_back(e);
+  }
+  j["fits"] = p.fits;
+  j["reasons"] = p.reasons;
+  j["notes"] = p.notes;
+  if (with_tensors) {
+    j["tensors"] = json::array();
+    for (const auto& t : p.tensors) {
+      json e = {{"name", t.tensor->name}, {"device", t.device}, {"kind", std::string(kind_name(t.kind))}};
+      if (t.kind == placement_kind::rows || t.kind == placement_kind::columns) e["range"] = {t.begin, t.end};
+      e["bytes"] = t.file_bytes;
+      j["tensors"].push_back(e);
+    }
+  }
+  return j.dump(2) + "\n";
+}
+
+std::string plan_to_text(const model_desc& desc, const memory_plan& p) {
+  const auto& hp = desc.hp;
+  std::ostringstream os;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "model    %s: %u layers, %u query / %u KV heads of %u, embedding %u, FFN %u, vocabulary %u; %s of "
+                "tensors\n",
+                std::string(desc.arch->name).c_str(), hp.n_layer, hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_embd,
+                hp.n_ff, hp.n_vocab, plan_bytes_text(p.model_tensor_bytes).c_str());
+  os << line;
+  std::snprintf(line, sizeof line, "run      context %u x %u sequence%s, batch %u, %u logit row%s per batch, KV %s\n",
+                p.n_ctx, p.n_seqs, p.n_seqs == 1 ? "" : "s", p.n_batch, p.n_logits, p.n_logits == 1 ? "" : "s",
+                std::string(type_name(p.kv_type)).c_str());
+  os << line;
+  os << "split    " << split_mode_name(p.split);
+  if (p.split != split_mode::none)
+    os << ", ratios " << ratio_text(p.ratios) << (p.default_ratios ? " (default: time balanced within memory)" : "");
+  os << ", main device " << p.main_device << "\n\n";
+
+  std::snprintf(line, sizeof line, "%-22s %11s %11s %11s %11s %11s %11s %11s  %s\n", "device", "weights", "KV cache",
+                "activations", "workspace", "overhead", "total", "available", "fits");
+  os << line;
+  for (size_t d = 0; d < p.devices.size(); ++d) {
+    const auto& u = p.usage[d];
+    const std::string label = std::to_string(d) + " " + p.devices[d].name.substr(0, 19);
+    std::snprintf(line, sizeof line, "%-22s %11s %11s %11s %11s %11s %11s %11s  %s\n", label.c_str(),
+                  plan_bytes_text(u.weights).c_str(), plan_bytes_text(u.kv_cache).c_str(),
+                  plan_bytes_text(u.activations).c_str(), plan_bytes_text(u.workspace).c_str(),
+                  plan_bytes_text(u.overhead).c_str(), plan_bytes_text(u.total).c_str(), plan_bytes_text(u.available).c_str(),
+                  u.fits ? "yes" : "NO");
+    os << line;
+  }
+  os << "\n";
+  for (size_t d = 0; d < p.devices.size(); ++d) os << "device " << d << " holds " << share_text(desc, p, p.shares[d]) << "\n";
+  os << "\n" << (p.fits ? "fits: yes\n" : "fits: no\n");
+  for (const auto& r : p.reasons) os << "  " << r << "\n";
+  for (const auto& n : p.notes) os << "note: " << n << "\n";
+  return os.str();
+}
+
+}  // namespace tandem

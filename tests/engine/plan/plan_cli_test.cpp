@@ -1,0 +1,138 @@
+// Runs `tandem-model plan` as a program: on a generated tiny model file and on preset shapes, with
+// the exit codes the man page documents (0 fits, 3 does not fit, 2 bad usage).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct run_result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+class PlanCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "tandem-plan-test-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  run_result run(const std::string& args) const {
+    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    const std::string cmd =
+        std::string(TANDEM_MODEL_BIN) + " " + args + " >" + out.string() + " 2>" + err.string();
+    const int st = std::system(cmd.c_str());
+    run_result r;
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+
+  std::string tiny_model() const {
+    const std::string p = (dir_ / "tiny.gguf").string();
+    const run_result r = run("make --preset tiny --type Q8_0 -q -o " + p);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return p;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(PlanCli, TinyModelFileFitsTwoCardsAsJson) {
+  const std::string m = tiny_model();
+  const run_result r = run("plan --model " + m + " --devices 16GiB,32GiB --ctx 512 --split tensor --json");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["split"], "tensor");
+  EXPECT_TRUE(j["fits"].get<bool>());
+  ASSERT_EQ(j["devices"].size(), 2u);
+  EXPECT_EQ(j["main_device"], 1);
+  // The tiny preset has 2 KV heads: one per card at the default (equal) shares.
+  EXPECT_EQ(j["devices"][0]["share"]["kv_heads"], json::array({0, 1}));
+  EXPECT_EQ(j["devices"][1]["share"]["kv_heads"], json::array({1, 2}));
+  const auto& b = j["devices"][0]["bytes"];
+  EXPECT_EQ(b["total"].get<uint64_t>(), b["weights"].get<uint64_t>() + b["kv_cache"].get<uint64_t>() +
+                                            b["activations"].get<uint64_t>() + b["workspace"].get<uint64_t>() +
+                                            b["overhead"].get<uint64_t>());
+  // Per-device file bytes add up to the file's tensors plus the norms each card holds a copy of.
+  const uint64_t sum = j["devices"][0]["tensor_bytes"].get<uint64_t>() + j["devices"][1]["tensor_bytes"].get<uint64_t>();
+  EXPECT_GT(sum, j["model"]["tensor_bytes"].get<uint64_t>());
+}
+
+TEST_F(PlanCli, DoesNotFitExitsThreeWithTheReason) {
+  const run_result r = run("plan --preset qwen3-32b --type Q4_K_M --devices 16GiB --ctx 4096");
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_TRUE(has(r.out, "fits: no")) << r.out;
+  EXPECT_TRUE(has(r.out, "device 0 (16GiB) needs")) << r.out;
+  const run_result pair = run("plan --preset qwen3-32b --type Q4_K_M --devices 16GiB,32GiB --ctx 4096");
+  EXPECT_EQ(pair.code, 0) << pair.err << pair.out;
+  EXPECT_TRUE(has(pair.out, "fits: yes")) << pair.out;
+}
+
+TEST_F(PlanCli, RatiosCutHeadsThreeToFive) {
+  const run_result r =
+      run("plan --preset qwen3-8b --type Q6_K --devices 16GiB,32GiB --ctx 4096 --split tensor --ratios 1,1.75");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "device 0 holds layers 0-35 (36 of 36), KV heads 0-2 (3 of 8)")) << r.out;
+  EXPECT_TRUE(has(r.out, "device 1 holds layers 0-35 (36 of 36), KV heads 3-7 (5 of 8)")) << r.out;
+}
+
+TEST_F(PlanCli, BadUsageExitsTwo) {
+  struct bad_case {
+    std::string args, message;
+  };
+  const bad_case cases[] = {
+      {"--devices 0=abc", "abc"},
+      {"--devices 16GiB,32GiB --split layer --ratios 1,0", "greater than zero"},
+      {"--devices 16GiB,32GiB --split layer --ratios 1,-1", "not a positive number"},
+      {"--devices 16GiB,32GiB --split diagonal", "unknown split 'diagonal'"},
+      {"--devices 16GiB,32GiB --ratios 1,2,3", "3 ratios for 2 devices"},
+      {"--devices 16GiB --kv q4_k", "unknown KV type"},
+      {"--devices 16GiB,32GiB --main-device 5", "not a position"},
+  };
+  for (const auto& c : cases) {
+    const run_result r = run("plan --preset qwen3-8b " + c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, c.message)) << c.args << "\n" << r.err;
+  }
+  const run_result neither = run("plan --devices 16GiB");
+  EXPECT_EQ(neither.code, 2);
+  EXPECT_TRUE(has(neither.err, "--model")) << neither.err;
+#ifdef TANDEM_TEST_CPU_ONLY
+  const run_result ids = run("plan --preset qwen3-8b --devices 0,1");
+  EXPECT_EQ(ids.code, 2);
+  EXPECT_TRUE(has(ids.err, "no CUDA support")) << ids.err;
+#endif
+}
+
+TEST_F(PlanCli, MissingFileIsAFailure) {
+  const run_result r = run("plan --model " + (dir_ / "absent.gguf").string() + " --devices 16GiB");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(has(r.err, "absent.gguf")) << r.err;
+}
+
+}  // namespace

@@ -1,0 +1,364 @@
+// Memory plan tests: option parsing, byte accounting against the model's tensors and a hand
+// computation of the CUDA backend's allocations, head / column / layer cuts by ratio, default
+// ratios within memory, and the Qwen3-32B Q4_K_M shape on a 16 GiB card alone and on 16 + 32 GiB.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <numeric>
+
+#include "plan/memory_plan.h"
+#include "plan/plan_parse.h"
+#include "plan/plan_report.h"
+#include "plan/shape_model.h"
+#include "presets.h"
+#include "quant_mix.h"
+#include "tiny_model.h"
+
+namespace tandem {
+namespace {
+
+constexpr uint64_t GiB = 1ull << 30;
+
+std::unique_ptr<shape_model> preset_shape(std::string_view preset, std::string_view type) {
+  const model_preset* p = find_preset(preset);
+  EXPECT_NE(p, nullptr);
+  const auto target = find_target(type);
+  EXPECT_TRUE(target.has_value());
+  std::vector<std::string> names;
+  for (const auto& s : expected_tensors(*find_arch(p->arch), p->hp)) names.push_back(s.name);
+  const mix_context ctx = make_mix_context(names, p->hp.n_layer, 0);
+  auto m = make_shape_model(p->arch, p->hp, [&](const tensor_spec& s) {
+    if (!is_quantizable(s.name, uint32_t(s.shape.size()))) return ggml_type::f32;
+    return choose_type(*target, s.name, s.shape[0], ctx).type;
+  });
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.message());
+  return std::move(*m);
+}
+
+device_spec sized(uint64_t bytes, const std::string& name) {
+  device_request r;
+  r.bytes = bytes;
+  r.text = name;
+  return sized_device(r);
+}
+
+plan_options two_cards(split_mode split, std::vector<double> ratios = {}) {
+  plan_options o;
+  o.devices = {sized(16 * GiB, "16GiB"), sized(32 * GiB, "32GiB")};
+  o.split = split;
+  o.ratios = std::move(ratios);
+  o.n_ctx = 4096;
+  return o;
+}
+
+// ---- parsing ----
+
+TEST(PlanParse, Sizes) {
+  EXPECT_EQ(*parse_byte_size("16GiB"), 16 * GiB);
+  EXPECT_EQ(*parse_byte_size("512mib"), 512ull << 20);
+  EXPECT_EQ(*parse_byte_size("1.5G"), 3 * GiB / 2);
+  EXPECT_EQ(*parse_byte_size("24GB"), 24000000000ull);
+  EXPECT_EQ(*parse_byte_size("4096"), 4096u);
+  for (const char* bad : {"abc", "", "0GiB", "16XB", "-1G", "1e9"}) {
+    auto r = parse_byte_size(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+  }
+  EXPECT_NE(parse_byte_size("16XB").message().find("unknown unit"), std::string::npos);
+}
+
+TEST(PlanParse, Devices) {
+  auto ids = parse_device_list("0=16GiB,1=32GiB");
+  ASSERT_TRUE(ids.ok()) << ids.message();
+  ASSERT_EQ(ids->size(), 2u);
+  EXPECT_EQ((*ids)[0].cuda_id, 0);
+  EXPECT_EQ((*ids)[0].bytes, 16 * GiB);
+  EXPECT_EQ((*ids)[1].cuda_id, 1);
+  EXPECT_EQ((*ids)[1].bytes, 32 * GiB);
+  auto plain = parse_device_list("0,1");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)[1].cuda_id, 1);
+  EXPECT_EQ((*plain)[1].bytes, 0u);
+  auto sizes = parse_device_list("16GiB, 32GiB");
+  ASSERT_TRUE(sizes.ok()) << sizes.message();
+  EXPECT_EQ((*sizes)[0].cuda_id, -1);
+  EXPECT_EQ((*sizes)[1].bytes, 32 * GiB);
+
+  auto abc = parse_device_list("0=abc");
+  ASSERT_FALSE(abc.ok());
+  EXPECT_NE(abc.message().find("abc"), std::string::npos) << abc.message();
+  EXPECT_NE(abc.message().find("0=abc"), std::string::npos) << abc.message();
+  auto dup = parse_device_list("0,0=16GiB");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.message().find("twice"), std::string::npos);
+  for (const char* bad : {"", "0,,1", "x=16GiB", "16QB", "-1"}) EXPECT_FALSE(parse_device_list(bad).ok()) << bad;
+}
+
+TEST(PlanParse, RatiosAndSplit) {
+  auto r = parse_ratio_list("1,1.75");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, (std::vector<double>{1, 1.75}));
+  for (const char* bad : {"1,0", "1,-1", "1,abc", "", "1,", "0"}) {
+    auto b = parse_ratio_list(bad);
+    EXPECT_FALSE(b.ok()) << bad;
+  }
+  EXPECT_NE(parse_ratio_list("1,0").message().find("greater than zero"), std::string::npos);
+  EXPECT_EQ(*parse_split_mode("Tensor"), split_mode::tensor);
+  EXPECT_EQ(*parse_split_mode("layer"), split_mode::layer);
+  auto bad = parse_split_mode("diagonal");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("diagonal"), std::string::npos);
+}
+
+// ---- byte accounting ----
+
+uint64_t sum_file_bytes(const gguf_file& f) {
+  uint64_t s = 0;
+  for (const auto& t : f.tensors()) s += t.n_bytes;
+  return s;
+}
+
+TEST(Plan, TensorBytesAddUpToTheModel) {
+  test::tiny_model_options to;
+  to.matrix_type = ggml_type::q8_0;
+  auto tiny = test::make_tiny_model(to);
+  ASSERT_TRUE(tiny.ok()) << tiny.message();
+  const model_desc& desc = (*tiny)->desc;
+  const uint64_t file_bytes = sum_file_bytes(*(*tiny)->file);
+
+  for (split_mode split : {split_mode::none, split_mode::layer}) {
+    plan_options o = two_cards(split, split == split_mode::none ? std::vector<double>{} : std::vector<double>{1, 3});
+    auto p = make_memory_plan(desc, o);
+    ASSERT_TRUE(p.ok()) << p.message();
+    EXPECT_EQ(p->model_tensor_bytes, file_bytes);
+    uint64_t sum = 0;
+    for (const auto& u : p->usage) sum += u.tensor_bytes;
+    EXPECT_EQ(sum, file_bytes) << split_mode_name(split);
+    uint64_t placed = 0;
+    for (const auto& t : p->tensors) placed += t.file_bytes;
+    EXPECT_EQ(placed, file_bytes);
+  }
+}
+
+TEST(Plan, TensorSplitShardsCoverEveryTensorOnce) {
+  auto m = preset_shape("qwen3-8b", "Q6_K");
+  plan_options o = two_cards(split_mode::tensor, {1, 1.75});
+  auto p = make_memory_plan(m->desc, o);
+  ASSERT_TRUE(p.ok()) << p.message();
+  // Every sliced tensor's shards add up to it; replicated norms are held once per device.
+  std::map<const gguf_tensor*, uint64_t> bytes;
+  std::map<const gguf_tensor*, int> copies;
+  for (const auto& t : p->tensors) {
+    bytes[t.tensor] += t.file_bytes;
+    copies[t.tensor]++;
+  }
+  uint64_t replicated = 0;
+  for (const auto& [t, b] : bytes) {
+    const bool norm = t->n_dims == 1;
+    if (norm && copies[t] == 2) {
+      EXPECT_EQ(b, 2 * t->n_bytes) << t->name;
+      replicated += t->n_bytes;
+    } else {
+      EXPECT_EQ(b, t->n_bytes) << t->name;
+    }
+  }
+  EXPECT_EQ(bytes.size(), 3 + 36 * 11u);  // token_embd, output, output_norm on one; 11 per layer
+  uint64_t sum = 0;
+  for (const auto& u : p->usage) sum += u.tensor_bytes;
+  EXPECT_EQ(sum, p->model_tensor_bytes + replicated);
+  EXPECT_GT(replicated, 0u);
+}
+
+// The single-GPU backend's allocations, computed by hand for a small f32 qwen3 shape (see
+// cuda_weights.cpp and cuda_backend.cpp): E 256, 2 layers, F 512, 4 heads / 2 KV heads of 64,
+// vocabulary 512, context 256, batch 512, one logit row, f16 KV, no allocation rounding.
+TEST(Plan, SplitNoneMatchesHandComputation) {
+  hparams hp;
+  hp.n_vocab = 512, hp.n_ctx_train = 256, hp.n_embd = 256, hp.n_layer = 2, hp.n_ff = 512;
+  hp.n_head = 4, hp.n_head_kv = 2, hp.head_dim = 64, hp.rope_dim = 64;
+  auto m = make_shape_model("qwen3", hp, [](const tensor_spec&) { return ggml_type::f32; });
+  ASSERT_TRUE(m.ok()) << m.message();
+  plan_options o;
+  o.devices = {sized(1 * GiB, "1GiB")};
+  o.rt.alloc_granularity = 1;
+  auto p = make_memory_plan((*m)->desc, o);
+  ASSERT_TRUE(p.ok()) << p.message();
+  const device_usage& u = p->usage[0];
+  // Matrices: embd + output 2·256·512·4; per layer q 256·256·4 ×2 (q, o), k/v 256·128·4 ×2,
+  // gate/up/down 256·512·4 ×3. Vectors: output_norm 256 floats at 0, then per layer attn_norm
+  // and ffn_norm (256) and q/k norms (64) at 256-byte (64-float) offsets: 1536 floats.
+  const uint64_t matrices = 2 * 524288 + 2 * (2 * 262144 + 2 * 131072 + 3 * 524288);
+  EXPECT_EQ(u.weights, matrices + 1536 * 4);
+  // K and V: 256 slots × 2 KV heads × 64 × 2 bytes per layer, 2 layers each.
+  EXPECT_EQ(u.kv_cache, 2 * (2 * 256 * 2 * 64 * 2));
+  // x, xn, tmp: 3·512·256·4; q, att: 2·512·256·4; k, v: 2·512·128·4; gate, up: 2·512·512·4;
+  // xh: 512·512·2; ints: (5·512 + 1 + 16 blocks rounded to 32)·4; xo 256·4, logits 512·4, ids 4.
+  EXPECT_EQ(u.activations, 1572864 + 1048576 + 524288 + 2097152 + 524288 + 10372 + 1024 + 2048 + 4);
+  // Tile: largest matrix (gate, 131072 elements) in fp16. Mat-vec int8 x of 512 inputs × 8
+  // tokens + 16 scales × 8 float2. kh, vh: 2·256·64·2; qh: 4·256·64·2; scores 2·256·256 floats,
+  // probs as f16; paged partials 1024 pairs · 32 · 66 floats.
+  EXPECT_EQ(u.workspace, 262144 + 5120 + 2 * 65536 + 131072 + 524288 + 262144 + 8650752);
+  EXPECT_EQ(u.overhead, (512ull << 20) + (32ull << 20));
+  EXPECT_EQ(u.total, u.weights + u.kv_cache + u.activations + u.workspace + u.overhead);
+  EXPECT_TRUE(p->fits);
+
+  // With 2 MiB pages every allocation rounds up: 2 weight buffers, 2 KV, 8 workspace buffers.
+  o.rt.alloc_granularity = 2ull << 20;
+  auto q = make_memory_plan((*m)->desc, o);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->usage[0].weights, 3 * (2ull << 20) + (2ull << 20));  // 5.5 MiB → 6 MiB, vectors → 2 MiB
+  EXPECT_EQ(q->usage[0].kv_cache, 2 * (2ull << 20));
+  EXPECT_EQ(q->usage[0].workspace, (7 * 2 + 10) * (1ull << 20));  // seven small ones, 8.25 MiB → 10 MiB
+}
+
+// ---- cuts by ratio ----
+
+TEST(Plan, TensorSplitEightKvHeadsAtOneToOneSeventyFive) {
+  auto m = preset_shape("qwen3-8b", "Q6_K");
+  auto p = make_memory_plan(m->desc, two_cards(split_mode::tensor, {1, 1.75}));
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->shares[0].kv_head_begin, 0u);
+  EXPECT_EQ(p->shares[0].kv_head_end, 3u);
+  EXPECT_EQ(p->shares[1].kv_head_begin, 3u);
+  EXPECT_EQ(p->shares[1].kv_head_end, 8u);
+  // FFN columns: 12288 / 2.75 = 4468 rounded to Q6_K blocks of 256 → 4352.
+  EXPECT_EQ(p->shares[0].ffn_end, 4352u);
+  EXPECT_EQ(p->shares[1].ffn_begin, 4352u);
+  EXPECT_EQ(p->shares[1].ffn_end, 12288u);
+  // Embeddings and the head go to the main device (the larger one by default).
+  EXPECT_EQ(p->main_device, 1);
+  EXPECT_TRUE(p->shares[1].output && p->shares[1].embeddings);
+  EXPECT_FALSE(p->shares[0].output || p->shares[0].embeddings);
+  // KV cache per device follows its heads: 36 layers × 4096 slots × heads × 128 × 2 bytes × 2.
+  EXPECT_EQ(p->usage[0].kv_cache, 2ull * 36 * 4096 * 3 * 128 * 2);
+  EXPECT_EQ(p->usage[1].kv_cache, 2ull * 36 * 4096 * 5 * 128 * 2);
+  // wo is cut along its inputs at head-group boundaries (3 KV heads × 4 query heads × 128).
+  for (const auto& t : p->tensors)
+    if (t.tensor == m->desc.layers[0].wo && t.device == 0) {
+      EXPECT_EQ(t.kind, placement_kind::columns);
+      EXPECT_EQ(t.end, 3u * 4 * 128);
+    }
+}
+
+TEST(Plan, LayerSplitRangesByRatio) {
+  auto m = preset_shape("qwen3-8b", "Q6_K");
+  auto p = make_memory_plan(m->desc, two_cards(split_mode::layer, {1, 1.75}));
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->shares[0].layer_begin, 0u);
+  EXPECT_EQ(p->shares[0].layer_end, 13u);  // 36 / 2.75 = 13.09
+  EXPECT_EQ(p->shares[1].layer_begin, 13u);
+  EXPECT_EQ(p->shares[1].layer_end, 36u);
+  EXPECT_EQ(p->usage[0].kv_cache, 2ull * 13 * 4096 * 8 * 128 * 2);
+
+  plan_options three = two_cards(split_mode::layer, {1, 1, 2});
+  three.devices.push_back(sized(48 * GiB, "48GiB"));
+  auto q = make_memory_plan(m->desc, three);
+  ASSERT_TRUE(q.ok()) << q.message();
+  EXPECT_EQ(q->shares[0].layer_end, 9u);
+  EXPECT_EQ(q->shares[1].layer_begin, 9u);
+  EXPECT_EQ(q->shares[1].layer_end, 18u);
+  EXPECT_EQ(q->shares[2].layer_end, 36u);
+  EXPECT_EQ(q->main_device, 2);
+}
+
+// ---- fitting ----
+
+TEST(Plan, Qwen3_32B_Q4KM_NeedsBothCards) {
+  auto m = preset_shape("qwen3-32b", "Q4_K_M");
+  plan_options one;
+  one.devices = {sized(16 * GiB, "16GiB")};
+  one.n_ctx = 4096;
+  auto alone = make_memory_plan(m->desc, one);
+  ASSERT_TRUE(alone.ok()) << alone.message();
+  EXPECT_FALSE(alone->fits);
+  ASSERT_EQ(alone->reasons.size(), 1u);
+  EXPECT_NE(alone->reasons[0].find("device 0 (16GiB)"), std::string::npos) << alone->reasons[0];
+  EXPECT_NE(alone->reasons[0].find("short"), std::string::npos);
+  EXPECT_GT(alone->usage[0].shortfall, 2 * GiB);
+  EXPECT_GT(alone->usage[0].weights, 18 * GiB);  // 18.4 GiB of Q4_K_M tensors
+
+  for (split_mode split : {split_mode::layer, split_mode::tensor}) {
+    auto pair = make_memory_plan(m->desc, two_cards(split));
+    ASSERT_TRUE(pair.ok()) << pair.message();
+    EXPECT_TRUE(pair->fits) << plan_to_text(m->desc, *pair);
+    EXPECT_TRUE(pair->default_ratios);
+  }
+  // A real device read as 139 GiB free but capped at 16 GiB is planned as 16 GiB.
+  device_spec h200;
+  h200.cuda_id = 0, h200.name = "cuda:0", h200.total_bytes = 140 * GiB, h200.free_bytes = 139 * GiB;
+  h200.cap_bytes = 16 * GiB, h200.context_in_free = true;
+  one.devices = {h200};
+  auto capped = make_memory_plan(m->desc, one);
+  ASSERT_TRUE(capped.ok());
+  EXPECT_EQ(capped->usage[0].capacity, 16 * GiB);
+  EXPECT_FALSE(capped->fits);
+}
+
+TEST(Plan, DefaultRatiosKeepEqualSharesUnlessTheSmallCardIsFull) {
+  auto m = preset_shape("qwen3-32b", "Q4_K_M");
+  // 16 + 32 GiB: half the layers fit the 16 GiB card, so the shares stay equal (equal bandwidth).
+  auto even = make_memory_plan(m->desc, two_cards(split_mode::layer));
+  ASSERT_TRUE(even.ok());
+  EXPECT_EQ(even->shares[0].layer_end, 32u);
+  // 6 + 32 GiB: the small card cannot hold half; it gets what it can and the rest moves over.
+  plan_options o = two_cards(split_mode::layer);
+  o.devices[0] = sized(6 * GiB, "6GiB");
+  auto skewed = make_memory_plan(m->desc, o);
+  ASSERT_TRUE(skewed.ok()) << skewed.message();
+  EXPECT_TRUE(skewed->fits) << plan_to_text(m->desc, *skewed);
+  EXPECT_LT(skewed->shares[0].layer_end, 32u);
+  EXPECT_GT(skewed->shares[0].layer_end, 10u);
+  // Near full: one more layer would not fit the small card.
+  EXPECT_LT(skewed->usage[0].available - skewed->usage[0].total, 400ull << 20);
+}
+
+TEST(Plan, BadOptionsAreErrors) {
+  auto m = preset_shape("qwen3-8b", "Q6_K");
+  auto expect_error = [&](plan_options o, const std::string& part) {
+    auto p = make_memory_plan(m->desc, o);
+    ASSERT_FALSE(p.ok()) << part;
+    EXPECT_NE(p.message().find(part), std::string::npos) << p.message();
+  };
+  expect_error(two_cards(split_mode::layer, {1}), "1 ratios given for 2 devices");
+  expect_error(two_cards(split_mode::none, {1, 2}), "ratios apply to layer or tensor split");
+  expect_error(two_cards(split_mode::layer, {1, -2}), "positive");
+  expect_error(two_cards(split_mode::layer, {1, 0}), "positive");
+  plan_options main = two_cards(split_mode::layer);
+  main.main_device = 2;
+  expect_error(main, "main device 2");
+  plan_options none;
+  expect_error(none, "no devices");
+  plan_options kv = two_cards(split_mode::layer);
+  kv.kv_type = ggml_type::q4_k;
+  expect_error(kv, "KV type");
+  plan_options logits = two_cards(split_mode::layer);
+  logits.n_logits = 1000;
+  expect_error(logits, "logit rows");
+}
+
+TEST(Plan, Q8KvIsSized) {
+  auto m = preset_shape("qwen3-8b", "Q6_K");
+  plan_options o = two_cards(split_mode::none);
+  o.devices.resize(1);
+  o.kv_type = ggml_type::q8_0;
+  o.rt.alloc_granularity = 1;
+  auto p = make_memory_plan(m->desc, o);
+  ASSERT_TRUE(p.ok());
+  // 34 bytes per 32 elements: 36 layers × 4096 slots × 8 heads × 4 blocks × 34 bytes, K and V.
+  EXPECT_EQ(p->usage[0].kv_cache, 2ull * 36 * 4096 * 8 * 4 * 34);
+}
+
+TEST(Plan, JsonAndTextCarryTheVerdict) {
+  auto m = preset_shape("qwen3-8b", "Q6_K");
+  auto p = make_memory_plan(m->desc, two_cards(split_mode::tensor, {1, 1.75}));
+  ASSERT_TRUE(p.ok());
+  const std::string j = plan_to_json(m->desc, *p, true);
+  EXPECT_NE(j.find("\"fits\": true"), std::string::npos);
+  EXPECT_NE(j.find("\"kv_heads\""), std::string::npos);
+  EXPECT_NE(j.find("blk.35.ffn_down.weight"), std::string::npos);
+  const std::string t = plan_to_text(m->desc, *p);
+  EXPECT_NE(t.find("KV heads 0-2 (3 of 8)"), std::string::npos) << t;
+  EXPECT_NE(t.find("ratios 1:1.75"), std::string::npos) << t;
+}
+
+}  // namespace
+}  // namespace tandem
