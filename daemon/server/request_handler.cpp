@@ -10,6 +10,7 @@
 #include "protocol/reply.h"
 #include "server/connection.h"
 #include "server/connection_manager.h"
+#include "server/device_memory.h"
 
 namespace tandem::daemon {
 
@@ -68,6 +69,13 @@ json devices_json(const json& models) {
   host_memory(total, available);
   cpu["total_bytes"] = total;
   cpu["available_bytes"] = available;
+  for (auto& [name, d] : by_device) {
+    if (name.rfind("cuda:", 0) != 0) continue;
+    if (auto g = query_gpu_memory(std::stoi(name.substr(5)))) {
+      d["total_bytes"] = g->total_bytes;
+      d["available_bytes"] = g->free_bytes;
+    }
+  }
   auto out = json::array();
   for (auto& [name, d] : by_device) out.push_back(std::move(d));
   return out;
