@@ -33,6 +33,9 @@ python3 "$ROOT/tests/reference/transformers/compare.py" "$WORK/numpy.json" "$WOR
   --tol "$LOGITS_TOL" --name "smollm2 Q4_1 vs numpy" || fail=1
 python3 "$ROOT/tests/reference/transformers/compare.py" "$WORK/numpy.json" "$WORK/transformers.json" \
   --tol "$LOGITS_TOL" --name "transformers vs numpy (the references agree)" || fail=1
+# Golden data for CI (tests/model_quality/logits_check.py): the transformers logits, shrunk.
+[ -s "$WORK/transformers.json" ] && python3 "$HERE/make_golden.py" "$WORK/transformers.json" \
+  "$WORK/transformers_golden.json" --source "transformers $(python3 -c 'import transformers; print(transformers.__version__)'), float64, $(date -u +%F)"
 echo "logits check: $((SECONDS - start)) s"
 
 # 2. CPU against CUDA. `tandem-model run` and `perplexity` run on CUDA device 0 with --gpu 0;
