@@ -1,6 +1,7 @@
-// Attention kernels over the paged KV cache. Decode: one thread block per (token, head, split),
-// each warp walking keys with an online softmax, lanes holding head_dim/32 dims; partial results of
-// the splits are merged by a second kernel. Prefill helpers feed cuBLAS GEMMs (see attention.h).
+// Attention kernels over the paged KV cache (f16, f32 or Q8_0 rows). Decode: one thread block per
+// (token, head, split), each warp walking keys with an online softmax, lanes holding head_dim/32
+// dims; partial results of the splits are merged by a second kernel. Prefill helpers feed cuBLAS
+// GEMMs (see attention.h). Q8_0 rows are quantized on the GPU exactly as the CPU's quantize_row.
 #include "kernels/attention.h"
 
 #include <cuda_fp16.h>
@@ -46,6 +47,258 @@ __device__ __forceinline__ void load_row(const float* p, float (&o)[N]) {
   for (int i = 0; i < N; ++i) o[i] = p[i];
 }
 
+// Marks a cache of Q8_0 rows: each head's row is head_dim/32 blocks of 34 bytes (blocks.h).
+struct q8_row {};
+
+// The DPL values of lane `lane` from row `row` ([slot][kv head] index) of a cache of T.
+template <int DPL, class T>
+__device__ __forceinline__ void load_kv(const void* cache, int64_t row, int lane, float (&o)[DPL]) {
+  load_row(static_cast<const T*>(cache) + row * (32 * DPL) + lane * DPL, o);
+}
+
+// Q8_0: a lane's DPL values sit inside one block (32 % DPL == 0); value = d · q as dequantize_row.
+template <int DPL>
+__device__ __forceinline__ void load_kv_q8(const void* cache, int64_t row, int lane, float (&o)[DPL]) {
+  const uint8_t* blk = static_cast<const uint8_t*>(cache) + row * (DPL * 34) + (lane * DPL / 32) * 34;
+  const float d = fp16_to_float(*reinterpret_cast<const uint16_t*>(blk));
+  const int8_t* qs = reinterpret_cast<const int8_t*>(blk + 2) + (lane * DPL) % 32;
+  if constexpr (DPL % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < DPL / 2; ++i) {  // 2-byte loads: blocks are only 2-byte aligned
+      const uint16_t pair = *reinterpret_cast<const uint16_t*>(qs + 2 * i);
+      o[2 * i] = d * static_cast<float>(static_cast<int8_t>(pair & 0xff));
+      o[2 * i + 1] = d * static_cast<float>(static_cast<int8_t>(pair >> 8));
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) o[i] = d * static_cast<float>(qs[i]);
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_kv<1, q8_row>(const void* c, int64_t row, int lane, float (&o)[1]) {
+  load_kv_q8<1>(c, row, lane, o);
+}
+template <>
+__device__ __forceinline__ void load_kv<2, q8_row>(const void* c, int64_t row, int lane, float (&o)[2]) {
+  load_kv_q8<2>(c, row, lane, o);
+}
+template <>
+__device__ __forceinline__ void load_kv<4, q8_row>(const void* c, int64_t row, int lane, float (&o)[4]) {
+  load_kv_q8<4>(c, row, lane, o);
+}
+template <>
+__device__ __forceinline__ void load_kv<8, q8_row>(const void* c, int64_t row, int lane, float (&o)[8]) {
+  load_kv_q8<8>(c, row, lane, o);
+}
+
+// --- Q8_0 quantization of new K/V rows, bit for bit the CPU's quantize_row -------------------------
+// quantize_row fits each block's scale with search_symmetric_scale (quant/k_quant_search.cpp):
+// weights w = rms + |x|, 40 candidate inverse scales -(128 + 0.1 k) / vmax (k = -30..9), each
+// scored by sum(w x l)^2 / sum(w l^2), then up to 4 re-fits at 1 / scale. The CPU build sums
+// those two series in 4 interleaved lanes (i mod 4, `omp simd`), adds the lanes 0..3 in order,
+// and never fuses multiply-adds; every float operation below is spelled with a _rn intrinsic so
+// that it rounds exactly as there. One warp quantizes one block for small batches (latency), one
+// thread per block for large ones (throughput).
+
+constexpr int k_q8_cands = 40, k_q8_steps_down = 30;
+
+struct q8_warp_smem {
+  float x[32], w[32];
+  float part[k_q8_cands][4][2];  // per candidate and lane group: sum(w x l), sum(w l^2)
+  float sums[k_q8_cands][4];     // sum(w x l), sum(w l^2), its score and its scale
+};
+
+__device__ __forceinline__ int round_int_exact(float v) {  // quant_impl.h's round_int
+  const uint32_t u = __float_as_uint(__fadd_rn(v, 12582912.0f));
+  return static_cast<int>(u & 0x007fffffu) - 0x00400000;
+}
+
+__device__ __forceinline__ float q8_level(float iscale, float x) {
+  return static_cast<float>(min(max(round_int_exact(__fmul_rn(iscale, x)), -128), 127));
+}
+
+// Lane group j's share of the two sums: elements j, j+4, ..., j+28 in order.
+__device__ __forceinline__ void q8_partial(const q8_warp_smem& s, float iscale, int j, float& sxl, float& sll) {
+  sxl = 0.f, sll = 0.f;
+#pragma unroll
+  for (int i = j; i < 32; i += 4) {
+    const float l = q8_level(iscale, s.x[i]);
+    sxl = __fadd_rn(sxl, __fmul_rn(__fmul_rn(s.w[i], s.x[i]), l));
+    sll = __fadd_rn(sll, __fmul_rn(__fmul_rn(s.w[i], l), l));
+  }
+}
+
+__device__ __forceinline__ float q8_combine(const float (&p)[4][2], int k) {
+  float v = 0.f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) v = __fadd_rn(v, p[j][k]);
+  return v;
+}
+
+// The CPU's acceptance test for a candidate (its best_iscale only shapes levels that
+// fit_symmetric_block recomputes, so it is not tracked).
+__device__ __forceinline__ bool q8_wins(float sxl, float sll, float best_score) {
+  return sll > 0.f && __fmul_rn(sxl, sxl) > __fmul_rn(best_score, sll);
+}
+
+// Quantizes the warp's 32 values (lane i holds x) into the block at dst.
+__device__ void quantize_q8_0_warp(float x, q8_warp_smem& s, uint8_t* dst) {
+  const int lane = threadIdx.x % 32;
+  // Largest magnitude, first index on ties (the CPU scans with a strict >).
+  float a = fabsf(x);
+  int idx = lane;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float a2 = __shfl_xor_sync(0xffffffffu, a, o);
+    const int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (a2 > a || (a2 == a && i2 < idx)) a = a2, idx = i2;
+  }
+  const float amax = a, vmax = __shfl_sync(0xffffffffu, x, idx);
+  s.x[lane] = x;
+  s.w[lane] = __fmul_rn(x, x);
+  __syncwarp();
+  float sum2 = 0.f;  // default_weights: a plain sequential sum
+  for (int i = 0; i < 32; ++i) sum2 = __fadd_rn(sum2, s.w[i]);
+  const float rms = __fsqrt_rn(__fdiv_rn(sum2, 32.f));
+  __syncwarp();
+  s.w[lane] = __fadd_rn(rms, fabsf(x));
+  __syncwarp();
+
+  float best_scale = 0.f;
+  if (amax >= 1e-30f) {  // search_symmetric_scale's `tiny`
+    for (int task = lane; task < 4 * k_q8_cands; task += 32) {
+      const int c = task / 4, j = task % 4;
+      const float k = static_cast<float>(c - k_q8_steps_down);
+      const float iscale = __fdiv_rn(-__fadd_rn(__fmul_rn(k, 0.1f), 128.f), vmax);
+      q8_partial(s, iscale, j, s.part[c][j][0], s.part[c][j][1]);
+    }
+    __syncwarp();
+    // The divisions of every candidate in parallel; the serial scan below only compares.
+    for (int c = lane; c < k_q8_cands; c += 32) {
+      const float sxl = q8_combine(s.part[c], 0), sll = q8_combine(s.part[c], 1);
+      s.sums[c][0] = sxl, s.sums[c][1] = sll;
+      s.sums[c][2] = sll > 0.f ? __fdiv_rn(__fmul_rn(sxl, sxl), sll) : 0.f;
+      s.sums[c][3] = sll > 0.f ? __fdiv_rn(sxl, sll) : 0.f;
+    }
+    __syncwarp();
+    float best_score = -1.f;
+    for (int c = 0; c < k_q8_cands; ++c)
+      if (q8_wins(s.sums[c][0], s.sums[c][1], best_score)) best_score = s.sums[c][2], best_scale = s.sums[c][3];
+    for (int it = 0; it < 4 && best_scale != 0.f; ++it) {
+      const float iscale = __fdiv_rn(1.f, best_scale);
+      __syncwarp();
+      if (lane < 4) q8_partial(s, iscale, lane, s.part[0][lane][0], s.part[0][lane][1]);
+      __syncwarp();
+      const float sxl = q8_combine(s.part[0], 0), sll = q8_combine(s.part[0], 1);
+      if (!q8_wins(sxl, sll, best_score)) break;
+      best_score = __fdiv_rn(__fmul_rn(sxl, sxl), sll), best_scale = __fdiv_rn(sxl, sll);
+    }
+  }
+  // fit_symmetric_block: round against the stored fp16 scale.
+  const uint16_t d16 = float_to_fp16(best_scale);
+  const float d = fp16_to_float(d16);
+  const float id = d != 0.f ? __fdiv_rn(1.f, d) : 0.f;
+  dst[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(min(max(round_int_exact(__fmul_rn(x, id)), -128), 127)));
+  if (lane == 0) *reinterpret_cast<uint16_t*>(dst) = d16;
+}
+
+// The same fit by one thread with the block in registers: the full work of a block without the
+// warp version's idle lanes in its serial parts, for batches with thousands of blocks.
+__device__ __forceinline__ void q8_sums(const float (&x)[32], const float (&w)[32], float iscale, float& sxl,
+                                        float& sll) {
+  float px[4] = {0.f, 0.f, 0.f, 0.f}, pl[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const float l = q8_level(iscale, x[i]);
+    px[i % 4] = __fadd_rn(px[i % 4], __fmul_rn(__fmul_rn(w[i], x[i]), l));
+    pl[i % 4] = __fadd_rn(pl[i % 4], __fmul_rn(__fmul_rn(w[i], l), l));
+  }
+  sxl = 0.f, sll = 0.f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) sxl = __fadd_rn(sxl, px[j]), sll = __fadd_rn(sll, pl[j]);
+}
+
+__device__ void quantize_q8_0_thread(const float* __restrict__ src, uint8_t* dst) {
+  float x[32], w[32];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float4 v = reinterpret_cast<const float4*>(src)[i];
+    x[4 * i] = v.x, x[4 * i + 1] = v.y, x[4 * i + 2] = v.z, x[4 * i + 3] = v.w;
+  }
+  float amax = 0.f, vmax = 0.f, sum2 = 0.f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const float a = fabsf(x[i]);
+    if (a > amax) amax = a, vmax = x[i];
+    sum2 = __fadd_rn(sum2, __fmul_rn(x[i], x[i]));
+  }
+  const float rms = __fsqrt_rn(__fdiv_rn(sum2, 32.f));
+#pragma unroll
+  for (int i = 0; i < 32; ++i) w[i] = __fadd_rn(rms, fabsf(x[i]));
+  float best_scale = 0.f;
+  if (amax >= 1e-30f) {
+    float best_score = -1.f, sxl, sll;
+#pragma unroll 1
+    for (int c = 0; c < k_q8_cands; ++c) {
+      const float k = static_cast<float>(c - k_q8_steps_down);
+      q8_sums(x, w, __fdiv_rn(-__fadd_rn(__fmul_rn(k, 0.1f), 128.f), vmax), sxl, sll);
+      if (q8_wins(sxl, sll, best_score))
+        best_score = __fdiv_rn(__fmul_rn(sxl, sxl), sll), best_scale = __fdiv_rn(sxl, sll);
+    }
+#pragma unroll 1
+    for (int it = 0; it < 4 && best_scale != 0.f; ++it) {
+      q8_sums(x, w, __fdiv_rn(1.f, best_scale), sxl, sll);
+      if (!q8_wins(sxl, sll, best_score)) break;
+      best_score = __fdiv_rn(__fmul_rn(sxl, sxl), sll), best_scale = __fdiv_rn(sxl, sll);
+    }
+  }
+  const uint16_t d16 = float_to_fp16(best_scale);
+  const float d = fp16_to_float(d16);
+  const float id = d != 0.f ? __fdiv_rn(1.f, d) : 0.f;
+  uint16_t* out = reinterpret_cast<uint16_t*>(dst);  // blocks are 2-byte aligned
+  out[0] = d16;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int lo = min(max(round_int_exact(__fmul_rn(x[2 * i], id)), -128), 127);
+    const int hi = min(max(round_int_exact(__fmul_rn(x[2 * i + 1], id)), -128), 127);
+    out[1 + i] = static_cast<uint16_t>((lo & 0xff) | ((hi & 0xff) << 8));
+  }
+}
+
+// One thread per 32-value block, numbered as in store_kv_q8_0_kernel.
+__global__ void store_kv_q8_0_rows_kernel(const float* __restrict__ k, const float* __restrict__ v, uint8_t* kc,
+                                          uint8_t* vc, const int32_t* __restrict__ slots, int n_tok, int row_elems) {
+  const int nb = row_elems / 32;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= static_cast<int64_t>(n_tok) * 2 * nb) return;
+  const int t = static_cast<int>(g / (2 * nb)), r = static_cast<int>(g % (2 * nb));
+  const bool is_v = r >= nb;
+  const int b = is_v ? r - nb : r;
+  quantize_q8_0_thread((is_v ? v : k) + static_cast<int64_t>(t) * row_elems + b * 32,
+                       (is_v ? vc : kc) + (static_cast<int64_t>(slots[t]) * nb + b) * 34);
+}
+
+// Below this many blocks a warp per block finishes sooner (decode); above, a thread per block.
+constexpr int64_t k_q8_thread_min_blocks = 8192;
+constexpr int k_q8_store_warps = 4;
+
+// One warp per 32-value block of K or V: warp g covers token g / (2 nb), K then V, block g % nb.
+__global__ void __launch_bounds__(32 * k_q8_store_warps)
+    store_kv_q8_0_kernel(const float* __restrict__ k, const float* __restrict__ v, uint8_t* kc, uint8_t* vc,
+                         const int32_t* __restrict__ slots, int n_tok, int row_elems) {
+  __shared__ q8_warp_smem smem[k_q8_store_warps];
+  const int nb = row_elems / 32;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * k_q8_store_warps + threadIdx.x / 32;
+  if (g >= static_cast<int64_t>(n_tok) * 2 * nb) return;  // whole warps exit together
+  const int t = static_cast<int>(g / (2 * nb)), r = static_cast<int>(g % (2 * nb));
+  const bool is_v = r >= nb;
+  const int b = is_v ? r - nb : r;
+  const float x = (is_v ? v : k)[static_cast<int64_t>(t) * row_elems + b * 32 + threadIdx.x % 32];
+  uint8_t* dst = (is_v ? vc : kc) + (static_cast<int64_t>(slots[t]) * nb + b) * 34;
+  quantize_q8_0_warp(x, smem[threadIdx.x / 32], dst);
+}
+
 template <class T>
 __global__ void store_kv_kernel(const float* __restrict__ k, const float* __restrict__ v, T* kc, T* vc,
                                 const int32_t* __restrict__ slots, int row_elems) {
@@ -77,8 +330,6 @@ __global__ void __launch_bounds__(32 * k_warps)
   const int begin = blockIdx.y * chunk;
   const int end = min(begin + chunk, n_kv);
   const int32_t* table = a.block_tables + static_cast<int64_t>(a.tok_table[t]) * a.max_blocks;
-  const T* kc = static_cast<const T*>(a.k_cache);
-  const T* vc = static_cast<const T*>(a.v_cache);
 
   float q[DPL], acc[DPL];
   const float* qrow = a.q + (static_cast<int64_t>(t) * a.n_head + h) * D + lane * DPL;
@@ -87,9 +338,9 @@ __global__ void __launch_bounds__(32 * k_warps)
   float m = -INFINITY, l = 0.f;
   for (int j = begin + warp; j < end; j += k_warps) {
     const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
-    const int64_t off = (slot * a.n_head_kv + kvh) * D + lane * DPL;
+    const int64_t row = slot * a.n_head_kv + kvh;
     float kv[DPL];
-    load_row(kc + off, kv);
+    load_kv<DPL, T>(a.k_cache, row, lane, kv);
     float s = 0.f;
 #pragma unroll
     for (int i = 0; i < DPL; ++i) s = fmaf(q[i], kv[i], s);
@@ -98,7 +349,7 @@ __global__ void __launch_bounds__(32 * k_warps)
     const float m_new = fmaxf(m, s);
     const float corr = expf(m - m_new);  // 0 while m is -inf
     const float p = expf(s - m_new);
-    load_row(vc + off, kv);
+    load_kv<DPL, T>(a.v_cache, row, lane, kv);
     l = l * corr + p;
 #pragma unroll
     for (int i = 0; i < DPL; ++i) acc[i] = fmaf(p, kv[i], acc[i] * corr);
@@ -199,6 +450,20 @@ __global__ void gather_kv_kernel(const T* __restrict__ cache, const int32_t* __r
   }
 }
 
+__global__ void gather_kv_q8_0_kernel(const uint8_t* __restrict__ cache, const int32_t* __restrict__ table,
+                                      int block_size, int n_kv, int n_head_kv, int head_dim,
+                                      uint16_t* __restrict__ out) {
+  const int j = blockIdx.x, h = blockIdx.y;
+  const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
+  const uint8_t* src = cache + (slot * n_head_kv + h) * (head_dim / 32) * 34;
+  uint16_t* dst = out + (static_cast<int64_t>(h) * n_kv + j) * head_dim;
+  for (int e = threadIdx.x; e < head_dim; e += blockDim.x) {
+    const uint8_t* blk = src + (e / 32) * 34;
+    const float d = fp16_to_float(*reinterpret_cast<const uint16_t*>(blk));
+    dst[e] = float_to_fp16(d * static_cast<float>(static_cast<int8_t>(blk[2 + e % 32])));
+  }
+}
+
 __global__ void heads_to_f16_kernel(const float* __restrict__ x, int n_tok, int n_head, int head_dim,
                                     uint16_t* __restrict__ out) {
   const int t = blockIdx.x, h = blockIdx.y;
@@ -248,7 +513,18 @@ cudaError_t launch_store_kv(const float* k, const float* v, void* k_cache, void*
   else if (cache_type == ggml_type::f32)
     store_kv_kernel<float><<<grid, 256, 0, stream>>>(k, v, static_cast<float*>(k_cache),
                                                       static_cast<float*>(v_cache), slots, row_elems);
-  else
+  else if (cache_type == ggml_type::q8_0 && row_elems % 32 == 0) {
+    const int64_t n_blocks = int64_t{n_tok} * 2 * (row_elems / 32);
+    auto* kc = static_cast<uint8_t*>(k_cache);
+    auto* vc = static_cast<uint8_t*>(v_cache);
+    if (n_blocks >= k_q8_thread_min_blocks) {
+      store_kv_q8_0_rows_kernel<<<static_cast<unsigned>((n_blocks + 127) / 128), 128, 0, stream>>>(
+          k, v, kc, vc, slots, n_tok, row_elems);
+    } else {
+      const auto ctas = static_cast<unsigned>((n_blocks + k_q8_store_warps - 1) / k_q8_store_warps);
+      store_kv_q8_0_kernel<<<ctas, 32 * k_q8_store_warps, 0, stream>>>(k, v, kc, vc, slots, n_tok, row_elems);
+    }
+  } else
     return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
@@ -278,6 +554,7 @@ cudaError_t launch_paged_attention(const paged_attention_args& a, float* work, s
   const int chunk = (a.max_kv + n_split - 1) / n_split;
   if (a.cache_type == ggml_type::f16) return launch_paged_t<uint16_t>(a, n_split, chunk, work, stream);
   if (a.cache_type == ggml_type::f32) return launch_paged_t<float>(a, n_split, chunk, work, stream);
+  if (a.cache_type == ggml_type::q8_0) return launch_paged_t<q8_row>(a, n_split, chunk, work, stream);
   return cudaErrorInvalidValue;
 }
 
@@ -295,6 +572,9 @@ cudaError_t launch_gather_kv_f16(const void* cache, ggml_type cache_type, const 
   else if (cache_type == ggml_type::f32)
     gather_kv_kernel<float><<<grid, threads, 0, stream>>>(static_cast<const float*>(cache), block_table,
                                                           block_size, n_kv, n_head_kv, head_dim, out);
+  else if (cache_type == ggml_type::q8_0 && head_dim % 32 == 0)
+    gather_kv_q8_0_kernel<<<grid, threads, 0, stream>>>(static_cast<const uint8_t*>(cache), block_table,
+                                                        block_size, n_kv, n_head_kv, head_dim, out);
   else
     return cudaErrorInvalidValue;
   return cudaGetLastError();

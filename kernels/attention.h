@@ -13,7 +13,8 @@
 namespace tandem {
 
 // Writes n_tok rows of row_elems floats from k and v into slot slots[t] of the layer's caches
-// (layout [slot][row_elems], element type f16 or f32).
+// (layout [slot][row_elems], element type f16 or f32; or q8_0: row_elems % 32 == 0, each row
+// row_elems / 32 blocks of 34 bytes, the same bytes as quantize_row(q8_0) on the CPU).
 cudaError_t launch_store_kv(const float* k, const float* v, void* k_cache, void* v_cache, ggml_type cache_type,
                             const int32_t* slots, int n_tok, int row_elems, cudaStream_t stream);
 
@@ -21,7 +22,7 @@ struct paged_attention_args {
   const float* q = nullptr;         // [n_tok][n_head][head_dim]
   const void* k_cache = nullptr;    // this layer: [slot][n_head_kv][head_dim]
   const void* v_cache = nullptr;
-  ggml_type cache_type = ggml_type::f16;  // f16 or f32
+  ggml_type cache_type = ggml_type::f16;  // f16, f32 or q8_0 (rows of head_dim/32 blocks)
   float* out = nullptr;             // [n_tok][n_head][head_dim]
   const int32_t* block_tables = nullptr;  // [n_tables][max_blocks] block ids
   const int32_t* tok_table = nullptr;     // per token: its sequence's table row
@@ -42,7 +43,8 @@ cudaError_t launch_paged_attention(const paged_attention_args& a, float* work, s
                                    cudaStream_t stream);
 
 // out[h][j][d] (fp16) = the layer cache's row of kv head h at the sequence's position j, for
-// j < n_kv, via its block table (block_size slots per block).
+// j < n_kv, via its block table (block_size slots per block). Cache f16, f32 or q8_0
+// (head_dim % 32 == 0; dequantized as d · q).
 cudaError_t launch_gather_kv_f16(const void* cache, ggml_type cache_type, const int32_t* block_table,
                                  int block_size, int n_kv, int n_head_kv, int head_dim, uint16_t* out,
                                  cudaStream_t stream);

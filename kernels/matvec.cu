@@ -1,111 +1,292 @@
-// Decode mat-vec launchers. Rows that are 16-byte aligned go to the staged kernel
-// (matvec_staged.cuh: coalesced 16-byte loads through shared memory); other rows to the simple
-// warp-per-row kernel here, where each lane decodes whole units straight from global memory.
+// Decode mat-vec: x is quantized once per launch into int8 blocks of 32 (scale d = amax / 127 and
+// d * sum q), then each thread block dots a few weight rows with it, its threads walking the row
+// in consecutive small pieces (matvec_types.cuh) so that weight and x loads coalesce.
 #include "kernels/matvec.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 
-#include "kernels/matvec_decode.cuh"
-#include "kernels/matvec_staged.cuh"
+#include "kernels/matvec_types.cuh"
 
 namespace tandem {
 namespace {
 
-using mv::f16_unit;
-using mv::f32_unit;
-using mv::unit_traits;
+using namespace mv;
 
-constexpr int k_warps = 4;  // rows per thread block of the fallback kernel
+constexpr int k_warps = 4;
 constexpr int k_threads = 32 * k_warps;
+constexpr int k_max_jobs = k_matvec_max_outputs;
 
-// Fallback: one warp per row, lane u decoding units u, u + 32, ... from global memory. Slow
-// (each load instruction touches 32 blocks) but needs only the blocks' own 2-byte alignment.
-template <class B, int NT>
-__global__ void __launch_bounds__(k_threads)
-    matvec_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int units_per_row, int64_t n_in,
-                  int64_t n_out, const float* __restrict__ x, int n_tok, float* __restrict__ y, bool add) {
-  using U = unit_traits<B>;
+matvec_tuning g_tuning;
+
+// Up to three matrices of one type and n_in that read the same x (Q/K/V, gate/up): job j owns
+// global rows [row_end[j-1], row_end[j]) and writes y[j].
+struct jobs {
+  const uint8_t* w[k_max_jobs];
+  float* y[k_max_jobs];
+  int64_t n_out[k_max_jobs];
+  int64_t row_end[k_max_jobs];
+  int n = 0;
+};
+
+// One warp per 32-element block of x (blocks of all tokens are contiguous: n_in % 32 == 0).
+__global__ void __launch_bounds__(256) quantize_x_kernel(const float* __restrict__ x, int64_t n_blocks,
+                                                         int8_t* __restrict__ qx, float2* __restrict__ ds) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Lets the mat-vec kernel (launched as its programmatic dependent) start loading weights now.
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
+  if (b >= n_blocks) return;
   const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * k_warps + threadIdx.x / 32;
-  if (row >= n_out) return;
-  const B* blocks = reinterpret_cast<const B*>(w + row * row_bytes);
-  float acc[NT];
+  const float v = x[32 * b + lane];
+  float amax = fabsf(v);
 #pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-  for (int u = lane; u < units_per_row; u += 32) {
-    const int bi = u / U::per_block, s = u % U::per_block;
-    float wv[U::elems];
-    mv::decode<mv::global_ld>(blocks[bi], s, wv);
-    const float* xb = x + static_cast<int64_t>(bi) * U::qk + mv::unit_base(static_cast<const B*>(nullptr), s);
-    mv::dot_unit<B, NT>(wv, xb, n_in, n_tok, acc);
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = amax / 127.f;
+  const int q = amax > 0.f ? static_cast<int>(rintf(v / d)) : 0;
+  int sum = q;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  qx[32 * b + lane] = static_cast<int8_t>(q);
+  if (lane == 0) ds[b] = make_float2(d, d * static_cast<float>(sum));
+}
+
+// The job owning global row `row`. Constant indices only: indexing the parameter struct with a
+// runtime index would copy it to local memory in every thread.
+struct located {
+  const uint8_t* w;
+  float* y;
+  int64_t n_out, local;
+};
+__device__ __forceinline__ located locate(const jobs& jb, int64_t row) {
+  located l{jb.w[0], jb.y[0], jb.n_out[0], row};
+  if (jb.n > 1 && row >= jb.row_end[0]) l = {jb.w[1], jb.y[1], jb.n_out[1], row - jb.row_end[0]};
+  if (jb.n > 2 && row >= jb.row_end[1]) l = {jb.w[2], jb.y[2], jb.n_out[2], row - jb.row_end[1]};
+  return l;
+}
+
+// Row group g = rows [g R, g R + R) (rows past the end redo the last row, unwritten): each
+// row's start and the end of its matrix (no load may pass it).
+template <int R>
+__device__ __forceinline__ void group_rows(const jobs& jb, int64_t g, int64_t total, int64_t row_bytes,
+                                           const uint8_t* (&wrow)[R], const uint8_t* (&wend)[R]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const located l = locate(jb, min(g * R + r, total - 1));
+    wrow[r] = l.w + l.local * row_bytes;
+    wend[r] = l.w + l.n_out * row_bytes;
   }
+}
+
+template <class Q, int R>
+__device__ __forceinline__ void load_pieces(const uint8_t* const (&wrow)[R], const uint8_t* const (&wend)[R], int p,
+                                            int n_pieces, typename Q::raw (&w)[R]) {
+  if (p >= n_pieces) return;
+  const int b = p / Q::ppb, k = p % Q::ppb;
 #pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    float v = acc[t];
+  for (int r = 0; r < R; ++r)
+    w[r] = Q::load(wrow[r] + static_cast<int64_t>(b) * sizeof(typename Q::block), k, wend[r]);
+}
+
+// Persistent thread blocks (as many as fit on the GPU at once) walk the row groups g =
+// blockIdx.x, + gridDim.x, ...; all 128 threads work on every row of a group: thread i takes
+// pieces i, i + 128, ... (piece p = block p / ppb, part p % ppb). The weights of a thread's next
+// pieces (the next group's first ones at the end of a row) are loaded before the current ones are
+// used, so every thread keeps loads in flight through the dot products and the reduction.
+// Up to NT tokens (n_tok <= NT).
+template <class Q, int NT, int R>
+__global__ void __launch_bounds__(k_threads)
+    matvec_kernel(jobs jb, int n_blocks, int64_t row_bytes, x_view xs, int n_tok, bool add) {
+  using W = typename Q::raw;
+  const int64_t total = jb.n == 1 ? jb.row_end[0] : jb.n == 2 ? jb.row_end[1] : jb.row_end[2];
+  const int64_t n_groups = (total + R - 1) / R;
+  const int n_pieces = n_blocks * Q::ppb;
+  const int n_iter = (n_pieces + k_threads - 1) / k_threads;
+  __shared__ float part[2][k_warps][R * NT];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  int64_t g = blockIdx.x;
+  const uint8_t* wrow[R];
+  const uint8_t* wend[R];
+  group_rows(jb, g, total, row_bytes, wrow, wend);
+  W cur[R];
+  load_pieces<Q, R>(wrow, wend, threadIdx.x, n_pieces, cur);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Launched as a programmatic dependent of the x quantization: weights need not wait for it, x
+  // (and y, for add) must. A no-op for an ordinary launch.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  for (int buf = 0; g < n_groups; g += gridDim.x, buf ^= 1) {
+    float acc[R][NT];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0 && t < n_tok) {
-      float* out = y + static_cast<int64_t>(t) * n_out + row;
-      *out = add ? *out + v : v;
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
+    const int64_t next = g + gridDim.x;
+    for (int i = 0; i < n_iter; ++i) {
+      const int p = threadIdx.x + i * k_threads;
+      W nxt[R];
+      if (i + 1 < n_iter) {
+        load_pieces<Q, R>(wrow, wend, p + k_threads, n_pieces, nxt);
+      } else if (next < n_groups) {
+        group_rows(jb, next, total, row_bytes, wrow, wend);
+        load_pieces<Q, R>(wrow, wend, threadIdx.x, n_pieces, nxt);
+      }
+      if (p < n_pieces) {
+        const int b = p / Q::ppb, k = p % Q::ppb;
+        typename Q::dec w[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) w[r] = Q::decode(cur[r], k);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          if (t >= n_tok) break;
+          const typename Q::xpiece xp = Q::load_x(xs, t, b, k);
+#pragma unroll
+          for (int r = 0; r < R; ++r) acc[r][t] += Q::dot(w[r], xp);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) cur[r] = nxt[r];
+    }
+
+    // part[buf] alternates: the one __syncthreads per group also orders group g's reads of a
+    // buffer before group g + 2's writes to it.
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        float v = acc[r][t];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0) part[buf][warp][r * NT + t] = v;
+      }
+    __syncthreads();
+    if (threadIdx.x < R * NT) {
+      const int r = threadIdx.x / NT, t = threadIdx.x % NT;
+      if (t < n_tok && g * R + r < total) {
+        float v = 0.f;
+#pragma unroll
+        for (int w = 0; w < k_warps; ++w) v += part[buf][w][threadIdx.x];
+        const located l = locate(jb, g * R + r);
+        float* out = l.y + static_cast<int64_t>(t) * l.n_out + l.local;
+        *out = add ? *out + v : v;
+      }
     }
   }
 }
 
 bool aligned(const void* p, uintptr_t to) { return reinterpret_cast<uintptr_t>(p) % to == 0; }
 
-template <class B, int NT>
-cudaError_t launch_fallback_nt(const matvec_output& o, int64_t row_bytes, int64_t n_in, const float* x, int n_tok,
-                               bool add, cudaStream_t stream) {
-  using U = unit_traits<B>;
-  const int64_t units = n_in / U::qk * U::per_block;
-  const int64_t grid = (o.n_out + k_warps - 1) / k_warps;
-  if (units > (1 << 30) || grid > 0x7fffffff) return cudaErrorInvalidValue;
-  matvec_kernel<B, NT><<<static_cast<unsigned>(grid), k_threads, 0, stream>>>(
-      static_cast<const uint8_t*>(o.w), row_bytes, static_cast<int>(units), n_in, o.n_out, x, n_tok, o.y, add);
-  return cudaGetLastError();
-}
+struct device_facts {
+  int resident = 0;  // thread blocks of the kernel that fit on the device at once
+  bool pdl = false;  // programmatic dependent launch (sm_90+)
+};
 
-template <class B>
-cudaError_t launch_fallback(const matvec_output& o, int64_t row_bytes, int64_t n_in, const float* x, int n_tok,
-                            bool add, cudaStream_t stream) {
-  if (n_tok <= 1) return launch_fallback_nt<B, 1>(o, row_bytes, n_in, x, n_tok, add, stream);
-  if (n_tok <= 2) return launch_fallback_nt<B, 2>(o, row_bytes, n_in, x, n_tok, add, stream);
-  if (n_tok <= 4) return launch_fallback_nt<B, 4>(o, row_bytes, n_in, x, n_tok, add, stream);
-  return launch_fallback_nt<B, 8>(o, row_bytes, n_in, x, n_tok, add, stream);
-}
-
-template <class B>
-cudaError_t launch_type(int64_t n_in, const matvec_output* outs, int n_outs, const float* x, int n_tok, bool add,
-                        cudaStream_t stream) {
-  using U = unit_traits<B>;
-  if (n_in % U::qk != 0) return cudaErrorInvalidValue;
-  const int64_t row_bytes = n_in / U::qk * static_cast<int64_t>(sizeof(B));
-  // 16-byte loads (F32, F16, Q4_K, Q5_K) need every row 16-byte aligned; the rest load 2 bytes.
-  const bool wide = sizeof(B) % 16 == 0;
-  bool staged = row_bytes % 16 == 0;
-  if (!aligned(x, 16)) return cudaErrorMisalignedAddress;
-  for (int i = 0; i < n_outs; ++i) {
-    if (!aligned(outs[i].w, 16) || (wide && row_bytes % 16 != 0)) return cudaErrorMisalignedAddress;
-    if (outs[i].n_out < 0) return cudaErrorInvalidValue;
-  }
-  if (staged) {
-    mv::jobs jb;
-    int64_t rows = 0;
-    for (int i = 0; i < n_outs; ++i) {
-      if (outs[i].n_out == 0) continue;
-      jb.w[jb.n] = static_cast<const uint8_t*>(outs[i].w);
-      jb.y[jb.n] = outs[i].y;
-      jb.n_out[jb.n] = outs[i].n_out;
-      jb.row_end[jb.n++] = rows += outs[i].n_out;
-    }
-    return jb.n == 0 ? cudaSuccess : mv::launch_staged<B>(jb, n_in, x, n_tok, add, stream);
-  }
-  for (int i = 0; i < n_outs; ++i) {
-    if (outs[i].n_out == 0) continue;
-    const cudaError_t e = launch_fallback<B>(outs[i], row_bytes, n_in, x, n_tok, add, stream);
+// Cached per device (and per kernel, through the template).
+template <class K>
+cudaError_t facts_of(K kernel, device_facts& f) {
+  constexpr int k_max_devices = 64;
+  static std::atomic<int> cache[k_max_devices];  // resident * 2 + pdl, 0 = not known yet
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  std::atomic<int>* slot = dev >= 0 && dev < k_max_devices ? &cache[dev] : nullptr;
+  int v = slot ? slot->load(std::memory_order_relaxed) : 0;
+  if (v == 0) {
+    int per_sm = 0, sms = 0, major = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, k_threads, 0);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     if (e != cudaSuccess) return e;
+    v = std::max(1, per_sm) * std::max(1, sms) * 2 + (major >= 9 ? 1 : 0);
+    if (slot) slot->store(v, std::memory_order_relaxed);
   }
+  f.resident = v / 2;
+  f.pdl = v % 2 != 0;
   return cudaSuccess;
+}
+
+// after_quantize: x was just quantized by the previous launch on this stream; on sm_90 the
+// kernel then starts as its programmatic dependent (its first weight loads overlap it).
+template <class Q, int NT, int R>
+cudaError_t launch_rows(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool add, bool after_quantize,
+                        cudaStream_t s) {
+  const auto kernel = matvec_kernel<Q, NT, R>;
+  device_facts f;
+  const cudaError_t e = facts_of(kernel, f);
+  if (e != cudaSuccess) return e;
+  const int64_t groups = (jb.row_end[jb.n - 1] + R - 1) / R;
+  const auto grid = static_cast<unsigned>(g_tuning.block_per_group ? std::min<int64_t>(groups, 0x7fffffff)
+                                                                     : std::min<int64_t>(groups, f.resident));
+  const int64_t row_bytes = static_cast<int64_t>(n_blocks) * sizeof(typename Q::block);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(k_threads);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  if (after_quantize && f.pdl && !g_tuning.no_pdl) cfg.attrs = attr, cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, jb, n_blocks, row_bytes, xs, n_tok, add);
+}
+
+// Rows per group, measured per type on an H200 (kernels_matvec_test big.matvec_bandwidth): more
+// rows share each x load and keep more weight bytes in flight per thread, but cost registers
+// (occupancy). Fewer when a matrix has too few rows to give the resident blocks work.
+struct rows_choice {
+  int one_token;  // for 1 token
+  int tokens;     // for 2..8 tokens
+};
+
+template <class Q, int NT>
+cudaError_t launch_nt(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool add, rows_choice rc,
+                      cudaStream_t s) {
+  int R = g_tuning.rows_per_block;
+  if (R == 0) {
+    R = NT == 1 ? rc.one_token : rc.tokens;
+    while (R > 1 && jb.row_end[jb.n - 1] / R < 1024) R /= 2;
+  }
+  if (R == 4) return launch_rows<Q, NT, 4>(jb, n_blocks, xs, n_tok, add, Q::int8_x, s);
+  if (R == 2) return launch_rows<Q, NT, 2>(jb, n_blocks, xs, n_tok, add, Q::int8_x, s);
+  return launch_rows<Q, NT, 1>(jb, n_blocks, xs, n_tok, add, Q::int8_x, s);
+}
+
+template <class Q>
+cudaError_t launch_type(int64_t n_in, const matvec_output* outs, int n_outs, const float* x, int n_tok, bool add,
+                        void* work, rows_choice rc, cudaStream_t s) {
+  if (n_in % Q::qk != 0 || n_in % 32 != 0 || n_in / Q::qk > (1 << 24)) return cudaErrorInvalidValue;
+  if (!aligned(x, 16)) return cudaErrorMisalignedAddress;
+  jobs jb;
+  int64_t rows = 0;
+  for (int i = 0; i < n_outs; ++i) {
+    if (outs[i].n_out < 0) return cudaErrorInvalidValue;
+    if (!aligned(outs[i].w, 16)) return cudaErrorMisalignedAddress;
+    if (outs[i].n_out == 0) continue;
+    jb.w[jb.n] = static_cast<const uint8_t*>(outs[i].w);
+    jb.y[jb.n] = outs[i].y;
+    jb.n_out[jb.n] = outs[i].n_out;
+    jb.row_end[jb.n++] = rows += outs[i].n_out;
+  }
+  if (jb.n == 0) return cudaSuccess;
+  x_view xs{x, nullptr, nullptr, n_in};
+  if (Q::int8_x) {
+    if (work == nullptr) return cudaErrorInvalidValue;
+    if (!aligned(work, 16)) return cudaErrorMisalignedAddress;
+    const int64_t n_xb = n_in / 32 * n_tok;
+    auto* qx = static_cast<int8_t*>(work);
+    auto* ds = reinterpret_cast<float2*>(qx + (n_in * n_tok + 15) / 16 * 16);
+    quantize_x_kernel<<<static_cast<unsigned>((n_xb + 7) / 8), 256, 0, s>>>(x, n_xb, qx, ds);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    xs.qx = qx, xs.ds = ds;
+  }
+  const int nb = static_cast<int>(n_in / Q::qk);
+  if (n_tok <= 1) return launch_nt<Q, 1>(jb, nb, xs, n_tok, add, rc, s);
+  if (n_tok <= 2) return launch_nt<Q, 2>(jb, nb, xs, n_tok, add, rc, s);
+  if (n_tok <= 4) return launch_nt<Q, 4>(jb, nb, xs, n_tok, add, rc, s);
+  return launch_nt<Q, 8>(jb, nb, xs, n_tok, add, rc, s);
 }
 
 }  // namespace
@@ -126,32 +307,46 @@ bool gpu_can_matvec(ggml_type t) {
   }
 }
 
+size_t matvec_work_bytes(int64_t n_in, int n_tok) {
+  if (n_in <= 0 || n_tok <= 0) return 0;
+  const auto qx = static_cast<size_t>((n_in * n_tok + 15) / 16 * 16);
+  return qx + static_cast<size_t>((n_in + 31) / 32 * n_tok) * sizeof(float2);
+}
+
+void matvec_set_tuning(const matvec_tuning& t) {
+  g_tuning = t;
+  if (t.rows_per_block != 1 && t.rows_per_block != 2 && t.rows_per_block != 4) g_tuning.rows_per_block = 0;
+}
+
 cudaError_t launch_matvec_multi(ggml_type t, int64_t n_in, const matvec_output* outs, int n_outs, const float* x,
-                                int n_tok, bool add, cudaStream_t stream) {
+                                int n_tok, bool add, void* work, cudaStream_t stream) {
   if (n_in <= 0 || n_tok < 0 || n_tok > k_matvec_max_tokens || n_outs < 0 || n_outs > k_matvec_max_outputs)
     return cudaErrorInvalidValue;
   if (n_tok == 0 || n_outs == 0) return cudaSuccess;
+  const auto a = [&](auto q, rows_choice rc) {
+    return launch_type<decltype(q)>(n_in, outs, n_outs, x, n_tok, add, work, rc, stream);
+  };
   switch (t) {
-    case ggml_type::f32: return launch_type<f32_unit>(n_in, outs, n_outs, x, n_tok, add, stream);
-    case ggml_type::f16: return launch_type<f16_unit>(n_in, outs, n_outs, x, n_tok, add, stream);
-    case ggml_type::q4_0: return launch_type<block_q4_0>(n_in, outs, n_outs, x, n_tok, add, stream);
-    case ggml_type::q4_1: return launch_type<block_q4_1>(n_in, outs, n_outs, x, n_tok, add, stream);
-    case ggml_type::q5_0: return launch_type<block_q5_0>(n_in, outs, n_outs, x, n_tok, add, stream);
-    case ggml_type::q5_1: return launch_type<block_q5_1>(n_in, outs, n_outs, x, n_tok, add, stream);
-    case ggml_type::q8_0: return launch_type<block_q8_0>(n_in, outs, n_outs, x, n_tok, add, stream);
-    case ggml_type::q4_k: return launch_type<block_q4_k>(n_in, outs, n_outs, x, n_tok, add, stream);
-    case ggml_type::q5_k: return launch_type<block_q5_k>(n_in, outs, n_outs, x, n_tok, add, stream);
-    case ggml_type::q6_k: return launch_type<block_q6_k>(n_in, outs, n_outs, x, n_tok, add, stream);
+    case ggml_type::f32: return a(mq_f32{}, {2, 4});
+    case ggml_type::f16: return a(mq_f16{}, {4, 4});
+    case ggml_type::q4_0: return a(mq_q4_0{}, {2, 4});
+    case ggml_type::q4_1: return a(mq_q4_1{}, {2, 4});
+    case ggml_type::q5_0: return a(mq_q5_0{}, {2, 2});
+    case ggml_type::q5_1: return a(mq_q5_1{}, {2, 4});
+    case ggml_type::q8_0: return a(mq_q8_0{}, {1, 4});
+    case ggml_type::q4_k: return a(mq_q4_k{}, {4, 4});
+    case ggml_type::q5_k: return a(mq_q5_k{}, {2, 2});
+    case ggml_type::q6_k: return a(mq_q6_k{}, {2, 4});
     default: break;
   }
   return cudaErrorInvalidValue;
 }
 
 cudaError_t launch_matvec(ggml_type t, const void* w, int64_t n_in, int64_t n_out, const float* x, int n_tok,
-                          float* y, cudaStream_t stream) {
+                          float* y, void* work, cudaStream_t stream) {
   if (n_out < 0) return cudaErrorInvalidValue;
   const matvec_output o{w, n_out, y};
-  return launch_matvec_multi(t, n_in, &o, 1, x, n_tok, false, stream);
+  return launch_matvec_multi(t, n_in, &o, 1, x, n_tok, false, work, stream);
 }
 
 }  // namespace tandem

@@ -1,9 +1,11 @@
 // Host launchers for the decode mat-vec: y = W·x (or y += W·x) for a few tokens, straight from
-// the weight's GGUF blocks (no dequantized copy), float activations and float32 accumulation.
+// the weight's GGUF blocks (no dequantized copy). Quantized weights dot an int8 copy of x
+// (q8_1-style blocks of 32 with a float scale) made once per launch; F32/F16 use float x.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "quant/ggml_type.h"
@@ -16,13 +18,20 @@ constexpr int k_matvec_max_tokens = 8;
 // F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K
 bool gpu_can_matvec(ggml_type t);
 
+// Device workspace a launch over n_in inputs and n_tok tokens needs (the int8 copy of x and its
+// block scales), whatever the type; 0 for bad sizes. A workspace sized for larger n_in or
+// n_tok serves smaller launches too.
+size_t matvec_work_bytes(int64_t n_in, int n_tok);
+
 // W: n_out rows of n_in elements of type t (GGUF layout, row r at w + r * row_bytes), 16-byte
-// aligned. x: n_tok rows of n_in floats (16-byte aligned, n_in a multiple of 4).
-// y[t * n_out + o] = sum_i W[o][i] * x[t * n_in + i]. n_in must be a multiple of the type's
-// block size (and of 32 for F32/F16). Returns cudaErrorInvalidValue for an unsupported type or
-// bad sizes, cudaErrorMisalignedAddress for misaligned pointers, else the launch status.
-cudaError_t launch_matvec(ggml_type t, const void* w, int64_t n_in, int64_t n_out, const float* x,
-                          int n_tok, float* y, cudaStream_t stream);
+// aligned. x: n_tok rows of n_in floats (16-byte aligned). n_in must be a multiple of 32 and of
+// the type's block size. y[t * n_out + o] = sum_i W[o][i] * x[t * n_in + i]. work: 16-byte
+// aligned, matvec_work_bytes(n_in, n_tok) bytes (may be null for F32/F16); not to be shared
+// by launches that may run at the same time. Returns cudaErrorInvalidValue for an unsupported
+// type, bad sizes or a missing workspace, cudaErrorMisalignedAddress for misaligned pointers,
+// else the launch status.
+cudaError_t launch_matvec(ggml_type t, const void* w, int64_t n_in, int64_t n_out, const float* x, int n_tok,
+                          float* y, void* work, cudaStream_t stream);
 
 // One matrix of a fused mat-vec launch.
 struct matvec_output {
@@ -33,10 +42,19 @@ struct matvec_output {
 constexpr int k_matvec_max_outputs = 3;
 
 // Several matrices of one type and n_in applied to the same x in one launch (Q/K/V, gate/up):
-// outs[i].y = W_i·x, laid out as launch_matvec's y. With add, y += W·x instead (the residual
-// add folded into the mat-vec; the same float addition as a separate add kernel). Same
-// requirements and errors as launch_matvec; at most k_matvec_max_outputs outputs.
+// outs[i].y = W_i·x, laid out as launch_matvec's y; x is quantized once for all of them. With
+// add, y += W·x instead (the residual add folded into the mat-vec). Same requirements and
+// errors as launch_matvec; at most k_matvec_max_outputs outputs.
 cudaError_t launch_matvec_multi(ggml_type t, int64_t n_in, const matvec_output* outs, int n_outs, const float* x,
-                                int n_tok, bool add, cudaStream_t stream);
+                                int n_tok, bool add, void* work, cudaStream_t stream);
+
+// Benchmarks only: overrides of the launch choices (0 / false: the built-in ones). Not
+// thread-safe; production code never calls it.
+struct matvec_tuning {
+  int rows_per_block = 0;       // weight rows per thread-block pass: 1, 2 or 4
+  bool block_per_group = false; // one thread block per group of rows instead of persistent ones
+  bool no_pdl = false;           // no programmatic dependent launch after the x quantization
+};
+void matvec_set_tuning(const matvec_tuning& t);
 
 }  // namespace tandem

@@ -1,4 +1,5 @@
-// `tandem-model bench --model F.gguf -p 512,2048 -n 128 -r 3 [--json]`. Prefill test ppN: one
+// `tandem-model bench --model F.gguf -p 512,2048 -n 128 -r 3 [--kv f16|q8_0] [--devices 0,1 [--ratios R]]
+// [--json]`. Prefill test ppN: one
 // forward of N tokens from an empty cache. Decode test tgN: N single-token forwards from an empty
 // cache, greedy on the GPU. Decode is set against the device-to-device copy bandwidth (weight bytes
 // per token × t/s), prefill against the cuBLAS fp16 GEMM rate (2·params·N + attention FLOPs).
@@ -17,6 +18,7 @@
 
 #include "cli_common.h"
 #include "model/model_desc.h"
+#include "runtime/model_instance.h"
 
 #ifdef TANDEM_HAVE_CUDA_BACKEND
 #include "backend/cuda/cuda_backend.h"
@@ -32,6 +34,10 @@ struct bench_options {
   std::vector<int> gen = {128};
   int reps = 3;
   int device = 0;
+  std::string devices;     // several GPUs ("0,1", "0=16GiB,1=32GiB"): a split over them
+  std::string split = "layer";
+  std::string ratios;
+  std::string kv = "f16";  // KV cache element type
   bool json = false;
   bool no_ceilings = false;
 };
@@ -91,15 +97,38 @@ void run_bench(const bench_options& o) {
   auto lm = load_model(o.model);
   if (!lm) fail(lm.message());
   const model_desc& d = lm->desc;
+  int max_ctx = 1;
+  for (int p : o.prompt) max_ctx = std::max(max_ctx, p);
+  for (int n : o.gen) max_ctx = std::max(max_ctx, n + 1);
+  kv_cache_config cfg;
+  cfg.n_ctx = uint32_t(max_ctx);
+  cfg.type = o.kv == "q8_0" ? ggml_type::q8_0 : o.kv == "f32" ? ggml_type::f32 : ggml_type::f16;
+
   cuda_backend_options bo;
   bo.device = o.device;
+  std::string split_text = "none";
+  if (!o.devices.empty()) {
+    if (o.split == "tensor") fail("--split tensor is planned (tandem-model plan) but not yet run by the CUDA backend");
+    if (o.split != "layer" && o.split != "none") fail("--split: unknown split '" + o.split + "' (none, layer or tensor)");
+    auto ls = plan_layer_split(d, o.devices, o.ratios, cfg);
+    if (!ls) fail(ls.message());
+    if (o.split == "none") {
+      bo.device = ls->devices[0];
+    } else {
+      bo.devices = ls->devices;
+      bo.layers_per_device = ls->layers;
+      split_text = "layer";
+      for (size_t i = 0; i < ls->layers.size(); ++i)
+        split_text += (i ? ":" : " ") + std::to_string(ls->layers[i]);
+    }
+  }
   auto be = make_cuda_backend(d, bo);
   if (!be) fail(be.message());
   const auto& ls = (*be)->load_stats();
 
   device_ceilings ceil;
   if (!o.no_ceilings) {
-    auto c = measure_ceilings(o.device);
+    auto c = measure_ceilings(bo.devices.empty() ? bo.device : bo.devices[0]);
     if (!c) fail(c.message());
     ceil = *c;
   }
@@ -115,11 +144,6 @@ void run_bench(const bench_options& o) {
       if (t->n_dims == 2) matrix_params += t->n_elements;
     }
 
-  int max_ctx = 1;
-  for (int p : o.prompt) max_ctx = std::max(max_ctx, p);
-  for (int n : o.gen) max_ctx = std::max(max_ctx, n + 1);
-  kv_cache_config cfg;
-  cfg.n_ctx = uint32_t(max_ctx);
   auto cache = (*be)->make_cache(cfg);
   if (!cache) fail(cache.message());
 
@@ -130,12 +154,13 @@ void run_bench(const bench_options& o) {
   char buf[512];
   auto row = [&](const std::string& test, const std::vector<double>& tps, double frac, const char* frac_of) {
     const auto st = stats_of(tps);
-    std::snprintf(buf, sizeof buf, "| %-28s | %9.2f GiB | %8.2f B | %-7s | %7s | %10.2f ± %-7.2f | %5.1f%% of %-9s |",
+    std::snprintf(buf, sizeof buf,
+                  "| %-28s | %9.2f GiB | %8.2f B | %-7s | %-4s | %7s | %10.2f ± %-7.2f | %5.1f%% of %-9s |",
                   name.substr(0, 28).c_str(), double(file_bytes) / (1ull << 30), double(params) / 1e9, "CUDA",
-                  test.c_str(), st.mean, st.sd, 100 * frac, frac_of);
+                  o.kv.c_str(), test.c_str(), st.mean, st.sd, 100 * frac, frac_of);
     lines.push_back(buf);
     results.push_back({{"model", name}, {"size_bytes", file_bytes}, {"params", params}, {"backend", "CUDA"},
-                       {"test", test}, {"t_per_s", st.mean}, {"t_per_s_sd", st.sd}, {"samples", tps},
+                       {"kv_type", o.kv}, {"test", test}, {"t_per_s", st.mean}, {"t_per_s_sd", st.sd}, {"samples", tps},
                        {"ceiling_fraction", frac}, {"ceiling", frac_of}});
   };
   for (int p : o.prompt) {
@@ -158,6 +183,7 @@ void run_bench(const bench_options& o) {
 
   if (o.json) {
     nlohmann::json j = {{"device", ls.device_name},
+                        {"split", split_text},
                         {"upload", {{"bytes", ls.bytes}, {"seconds", ls.seconds}, {"gb_per_s", ls.bytes / ls.seconds / 1e9}}},
                         {"ceilings", {{"copy_gb_per_s", ceil.copy_gbps}, {"gemm_fp16_tflops", ceil.gemm_tflops}}},
                         {"weight_bytes_per_token", (*be)->weight_bytes_per_token()},
@@ -166,17 +192,18 @@ void run_bench(const bench_options& o) {
     return;
   }
   std::printf("device: %s\n", ls.device_name.c_str());
+  std::printf("split: %s\n", split_text.c_str());
   std::printf("upload: %.2f GB in %.2f s (%.2f GB/s through pinned staging)\n", ls.bytes / 1e9, ls.seconds,
               ls.bytes / ls.seconds / 1e9);
   if (!o.no_ceilings)
     std::printf("ceilings: copy %.0f GB/s (read+write, %zu MiB buffer), cuBLAS fp16 GEMM %.0f TFLOP/s (%d^3)\n",
                 ceil.copy_gbps, ceil.copy_bytes >> 20, ceil.gemm_tflops, ceil.gemm_size);
   std::printf("decode reads %.3f GB of weights per token\n\n", (*be)->weight_bytes_per_token() / 1e9);
-  std::printf("| %-28s | %13s | %10s | %-7s | %7s | %20s | %-19s |\n", "model", "size", "params", "backend", "test",
-              "t/s", "of ceiling");
-  std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(15, '-').c_str(),
-              std::string(12, '-').c_str(), std::string(9, '-').c_str(), std::string(9, '-').c_str(),
-              std::string(22, '-').c_str(), std::string(21, '-').c_str());
+  std::printf("| %-28s | %13s | %10s | %-7s | %-4s | %7s | %20s | %-19s |\n", "model", "size", "params", "backend",
+              "kv", "test", "t/s", "of ceiling");
+  std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(15, '-').c_str(),
+              std::string(12, '-').c_str(), std::string(9, '-').c_str(), std::string(6, '-').c_str(),
+              std::string(9, '-').c_str(), std::string(22, '-').c_str(), std::string(21, '-').c_str());
   for (const auto& l : lines) std::printf("%s\n", l.c_str());
 }
 
@@ -196,6 +223,12 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-n,--gen", o->gen, "Decode lengths (tgN tests), comma separated")->delimiter(',');
   cmd->add_option("-r,--reps", o->reps, "Timed repetitions per test (after one warm-up)")->check(CLI::PositiveNumber);
   cmd->add_option("--device", o->device, "CUDA device index");
+  cmd->add_option("--devices", o->devices,
+                  "Several CUDA devices, e.g. 0,1 or 0=16GiB,1=32GiB (caps for the memory plan)");
+  cmd->add_option("--split", o->split, "With --devices: layer (default) or none (tensor: planned, not run yet)");
+  cmd->add_option("--ratios", o->ratios, "With --devices: layers per device in these proportions, e.g. 1,1.75");
+  cmd->add_option("--kv", o->kv, "KV cache type: f16 (default), q8_0 or f32")
+      ->check(CLI::IsMember({"f16", "q8_0", "f32"}));
   cmd->add_flag("--json", o->json, "Print JSON instead of the table");
   cmd->add_flag("--no-ceilings", o->no_ceilings, "Skip measuring the copy and GEMM ceilings");
   cmd->callback([o] { run_bench(*o); });

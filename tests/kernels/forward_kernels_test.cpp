@@ -1,10 +1,8 @@
-// The forward-pass kernels (mat-vec, layer ops, paged attention) against the CPU reference
+// The forward-pass kernels (layer ops, paged attention) against the CPU reference
 // operations on random inputs. Tolerances are stated per check; skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <memory>
 #include <string>
 #include <cmath>
 #include <cstdint>
@@ -17,7 +15,6 @@
 #include "kernels/attention.h"
 #include "kernels/cuda_check.h"
 #include "kernels/layer_ops.h"
-#include "kernels/matvec.h"
 #include "quant/quant.h"
 
 namespace tandem {
@@ -70,133 +67,6 @@ std::vector<uint8_t> quantize_matrix(ggml_type t, const std::vector<float>& w, i
   std::vector<uint8_t> q(rb * n_out);
   for (int64_t o = 0; o < n_out; ++o) quantize_row(t, w.data() + o * n_in, q.data() + o * rb, n_in);
   return q;
-}
-
-class matvec_types : public ::testing::TestWithParam<ggml_type> {};
-
-// Against vec_dot on the same blocks: both accumulate in float32 in different orders, so the
-// bound is relative to sum |w_i x_i|: 2e-5 of it (float32 rounding over 512-term sums).
-TEST_P(matvec_types, matches_cpu_vec_dot) {
-  REQUIRE_GPU();
-  const ggml_type t = GetParam();
-  const int64_t n_in = 512, n_out = 37;
-  const auto w = randoms(n_in * n_out, 11);
-  const auto q = quantize_matrix(t, w, n_in, n_out);
-  const uint64_t rb = *row_bytes(t, n_in);
-  for (int n_tok : {1, 3, 8}) {
-    const auto x = randoms(n_in * n_tok, 100 + n_tok);
-    dev<uint8_t> dw(q);
-    dev<float> dx(x), dy(size_t(n_tok * n_out));
-    ASSERT_EQ(launch_matvec(t, dw.p, n_in, n_out, dx.p, n_tok, dy.p, nullptr), cudaSuccess);
-    const auto y = dy.host();
-    std::vector<float> deq(n_in);
-    for (int tk = 0; tk < n_tok; ++tk)
-      for (int64_t o = 0; o < n_out; ++o) {
-        const float* xt = x.data() + tk * n_in;
-        const float ref = vec_dot(t, q.data() + o * rb, xt, n_in);
-        dequantize_row(t, q.data() + o * rb, deq.data(), n_in);
-        double mag = 0;
-        for (int64_t i = 0; i < n_in; ++i) mag += std::fabs(double(deq[i]) * xt[i]);
-        ASSERT_NEAR(y[tk * n_out + o], ref, 2e-5 * mag + 1e-6) << type_name(t) << " tok " << tk << " row " << o;
-      }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(all, matvec_types,
-                         ::testing::Values(ggml_type::f32, ggml_type::f16, ggml_type::q4_0, ggml_type::q4_1,
-                                           ggml_type::q5_0, ggml_type::q5_1, ggml_type::q8_0, ggml_type::q4_k,
-                                           ggml_type::q5_k, ggml_type::q6_k),
-                         [](const auto& info) { return std::string(type_name(info.param)); });
-
-TEST(matvec, rejects_bad_sizes) {
-  EXPECT_EQ(launch_matvec(ggml_type::q4_k, nullptr, 100, 4, nullptr, 1, nullptr, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(launch_matvec(ggml_type::q8_0, nullptr, 64, 4, nullptr, 9, nullptr, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(launch_matvec(ggml_type::bf16, nullptr, 64, 4, nullptr, 1, nullptr, nullptr), cudaErrorInvalidValue);
-}
-
-// The staged (coalesced) path, rows 16-byte aligned: long rows with a partial last chunk
-// (4864), rows split across warps (few rows), three fused outputs of different heights, and
-// y += W·x. Same bound as above, against vec_dot plus the old y.
-void check_fused_matvec(ggml_type t, int64_t n_in, int n_tok, bool add) {
-  const int64_t heights[3] = {203, 64, 31};
-  const uint64_t rb = *row_bytes(t, n_in);
-  std::vector<std::vector<uint8_t>> qs;
-  std::vector<std::unique_ptr<dev<uint8_t>>> dw;
-  std::vector<std::unique_ptr<dev<float>>> dy;
-  std::vector<std::vector<float>> y0;
-  matvec_output outs[3];
-  for (int j = 0; j < 3; ++j) {
-    qs.push_back(quantize_matrix(t, randoms(n_in * heights[j], 21 + j), n_in, heights[j]));
-    y0.push_back(randoms(size_t(n_tok * heights[j]), 31 + j));
-    dw.push_back(std::make_unique<dev<uint8_t>>(qs[j]));
-    dy.push_back(std::make_unique<dev<float>>(y0[j]));
-    outs[j] = {dw[j]->p, heights[j], dy[j]->p};
-  }
-  const auto x = randoms(n_in * n_tok, 41);
-  dev<float> dx(x);
-  ASSERT_EQ(launch_matvec_multi(t, n_in, outs, 3, dx.p, n_tok, add, nullptr), cudaSuccess);
-  std::vector<float> deq(n_in);
-  for (int j = 0; j < 3; ++j) {
-    const auto y = dy[j]->host();
-    for (int tk = 0; tk < n_tok; ++tk)
-      for (int64_t o = 0; o < heights[j]; ++o) {
-        const float* xt = x.data() + tk * n_in;
-        const uint8_t* row = qs[j].data() + o * rb;
-        const float ref = vec_dot(t, row, xt, n_in) + (add ? y0[j][tk * heights[j] + o] : 0.f);
-        dequantize_row(t, row, deq.data(), n_in);
-        double mag = add ? std::fabs(y0[j][tk * heights[j] + o]) : 0.0;
-        for (int64_t i = 0; i < n_in; ++i) mag += std::fabs(double(deq[i]) * xt[i]);
-        ASSERT_NEAR(y[tk * heights[j] + o], ref, 2e-5 * mag + 1e-6)
-            << type_name(t) << " n_in " << n_in << " out " << j << " tok " << tk << " row " << o;
-      }
-  }
-}
-
-TEST_P(matvec_types, fused_staged_rows) {
-  REQUIRE_GPU();
-  const ggml_type t = GetParam();
-  for (int64_t n_in : {4864, 6144}) {
-    if (n_in % int64_t(type_info(t).block_size) != 0) continue;
-    check_fused_matvec(t, n_in, 1, false);
-    check_fused_matvec(t, n_in, 5, true);
-  }
-}
-
-// Decode mat-vec bandwidth on a 12288 x 4096 matrix (one FFN projection of an 8B model), made
-// by tiling a quantized 64-row block so the bytes are realistic. Prints GB/s; asserts nothing
-// about speed, only that the launches succeed.
-TEST(big, matvec_bandwidth) {
-  REQUIRE_GPU();
-  const int64_t n_in = 4096, n_out = 12288, tile = 64;
-  for (ggml_type t : {ggml_type::q8_0, ggml_type::q6_k, ggml_type::q4_k, ggml_type::q4_0, ggml_type::f16}) {
-    const auto q = quantize_matrix(t, randoms(n_in * tile, 51), n_in, tile);
-    std::vector<uint8_t> big(q.size() * (n_out / tile));
-    for (int64_t i = 0; i < n_out / tile; ++i) std::copy(q.begin(), q.end(), big.begin() + i * q.size());
-    dev<uint8_t> dw(big);
-    dev<float> dx(randoms(n_in, 52));
-    dev<float> dy(static_cast<size_t>(n_out));
-    cudaEvent_t e0, e1;
-    ASSERT_EQ(cudaEventCreate(&e0), cudaSuccess);
-    ASSERT_EQ(cudaEventCreate(&e1), cudaSuccess);
-    const int reps = 50;
-    std::vector<float> ms;
-    for (int r = 0; r < 5; ++r) {
-      ASSERT_EQ(cudaEventRecord(e0), cudaSuccess);
-      for (int i = 0; i < reps; ++i)
-        ASSERT_EQ(launch_matvec(t, dw.p, n_in, n_out, dx.p, 1, dy.p, nullptr), cudaSuccess);
-      ASSERT_EQ(cudaEventRecord(e1), cudaSuccess);
-      ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
-      float m = 0;
-      cudaEventElapsedTime(&m, e0, e1);
-      ms.push_back(m / reps);
-    }
-    std::sort(ms.begin(), ms.end());
-    std::printf("matvec %-5s %lld x %lld, 1 token: %.1f us, %.0f GB/s of weights\n",
-                std::string(type_name(t)).c_str(), static_cast<long long>(n_out), static_cast<long long>(n_in),
-                ms[2] * 1e3, double(big.size()) / (ms[2] * 1e-3) / 1e9);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-  }
 }
 
 // RMSNorm (relative 1e-5), RoPE of both styles (1e-5 absolute, angles in double on both),

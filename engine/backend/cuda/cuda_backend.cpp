@@ -12,6 +12,7 @@
 #include <map>
 
 #include "backend/cuda/cuda_context.h"
+#include "backend/cuda/cuda_graph_cache.h"
 #include "backend/cuda/cuda_weights.h"
 #include "kernels/attention.h"
 #include "kernels/cuda_check.h"
@@ -26,29 +27,39 @@ constexpr int k_gemm_attention_min = 16;          // a run this long takes the c
 constexpr size_t k_attention_budget = 256ull << 20;  // scores + probabilities of one GEMM chunk
 constexpr int64_t k_weight_tile_elems = 64ll << 20;  // fp16 weight elements dequantized at once
 constexpr int k_max_batch = 65535;                  // grid-y limit of the per-token kernels
+constexpr int k_block_bucket = 32;                  // block-table width rounding (graph reuse)
+constexpr int k_kv_bucket = 256;                    // attention split sizing rounding (graph reuse)
 
-// K and V in device memory: [layer][slot][kv head][head_dim] of f16 or f32.
+// K and V in device memory: [layer][slot][kv head][head_dim] of f16 or f32, or for q8_0 each
+// slot's n_head_kv·head_dim values as blocks of 32 (34 bytes each), as the CPU cache stores them.
 class cuda_kv_cache final : public kv_cache {
  public:
-  cuda_kv_cache(const kv_cache_config& cfg, const hparams& hp, const cuda_backend_api* owner)
+  // Holds layers [layer_begin, layer_end): a device of a layer split keeps only its own.
+  cuda_kv_cache(const kv_cache_config& cfg, const hparams& hp, const cuda_backend_api* owner, uint32_t layer_begin,
+                uint32_t layer_end)
       : kv_cache(cfg),
         owner_(owner),
-        layer_bytes_(uint64_t{n_slots()} * hp.n_head_kv * hp.head_dim * (cfg.type == ggml_type::f16 ? 2 : 4)),
-        n_layer_(hp.n_layer) {}
+        layer_bytes_(row_bytes_of(cfg.type, uint64_t{hp.n_head_kv} * hp.head_dim) * n_slots()),
+        layer_begin_(layer_begin),
+        n_layer_(layer_end - layer_begin) {}
+  static uint64_t row_bytes_of(ggml_type t, uint64_t elems) {
+    if (t == ggml_type::q8_0) return elems / 32 * 34;
+    return elems * (t == ggml_type::f16 ? 2 : 4);
+  }
 
   status init() {
     TANDEM_TRY(k_.alloc(layer_bytes_ * n_layer_));
     return v_.alloc(layer_bytes_ * n_layer_);
   }
   uint64_t bytes() const override { return 2 * layer_bytes_ * n_layer_; }
-  void* k_layer(uint32_t il) const { return k_.get<uint8_t>() + il * layer_bytes_; }
-  void* v_layer(uint32_t il) const { return v_.get<uint8_t>() + il * layer_bytes_; }
+  void* k_layer(uint32_t il) const { return k_.get<uint8_t>() + (il - layer_begin_) * layer_bytes_; }
+  void* v_layer(uint32_t il) const { return v_.get<uint8_t>() + (il - layer_begin_) * layer_bytes_; }
   const cuda_backend_api* owner() const { return owner_; }
 
  private:
   const cuda_backend_api* owner_;
   uint64_t layer_bytes_;
-  uint32_t n_layer_;
+  uint32_t layer_begin_, n_layer_;
   device_buffer k_, v_;
 };
 
@@ -68,14 +79,24 @@ struct batch_plan {
 
 class cuda_backend final : public cuda_backend_api {
  public:
-  cuda_backend(const model_desc& desc, std::unique_ptr<cuda_context> ctx) : desc_(desc), ctx_(std::move(ctx)) {}
+  cuda_backend(const model_desc& desc, std::unique_ptr<cuda_context> ctx, const weight_range& range)
+      : desc_(desc), ctx_(std::move(ctx)), range_(range) {
+    range_.layer_end = std::min(range_.layer_end, desc_.hp.n_layer);
+  }
+  ~cuda_backend() override {
+    if (done_) TANDEM_CUDA_LOG(cudaEventDestroy(done_));
+  }
 
   status init(const cuda_backend_options& opt) {
-    TANDEM_TRY(upload_weights(desc_, *ctx_, opt.staging_bytes, w_, stats_));
-    bytes_per_token_ = desc_.output->n_bytes;
-    int64_t largest = desc_.output->dims[0] * 256;
-    for (const auto& l : desc_.layers)
-      for (const gguf_tensor* t : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) {
+    const char* env = std::getenv("TANDEM_CUDA_GRAPHS");
+    use_graphs_ = opt.graphs && !(env && std::string_view(env) == "0");
+    TANDEM_TRY(upload_weights(desc_, *ctx_, opt.staging_bytes, range_, w_, stats_));
+    TANDEM_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    bytes_per_token_ = range_.head ? desc_.output->n_bytes : 0;
+    int64_t largest = range_.head ? desc_.output->dims[0] * 256 : 0;
+    for (uint32_t il = range_.layer_begin; il < range_.layer_end; ++il)
+      for (const gguf_tensor* t : {desc_.layers[il].wq, desc_.layers[il].wk, desc_.layers[il].wv, desc_.layers[il].wo,
+                                   desc_.layers[il].ffn_gate, desc_.layers[il].ffn_up, desc_.layers[il].ffn_down}) {
         bytes_per_token_ += t->n_bytes;
         largest = std::max<int64_t>(largest, static_cast<int64_t>(t->n_elements));
       }
@@ -86,45 +107,58 @@ class cuda_backend final : public cuda_backend_api {
   const model_desc& model() const override { return desc_; }
   const cuda_load_stats& load_stats() const override { return stats_; }
   uint64_t weight_bytes_per_token() const override { return bytes_per_token_; }
+  uint64_t graph_replays() const override { return graphs_.replays(); }
 
   result<std::unique_ptr<kv_cache>> make_cache(const kv_cache_config& cfg) override {
     auto c = normalize_kv_config(cfg);
     if (!c) return c.err();
-    if (c->type != ggml_type::f16 && c->type != ggml_type::f32)
-      return make_error("KV cache type ", type_name(c->type), " is not supported by the CUDA backend (use F16 or F32)");
+    if (c->type != ggml_type::f16 && c->type != ggml_type::f32 && c->type != ggml_type::q8_0)
+      return make_error("KV cache type ", type_name(c->type),
+                        " is not supported by the CUDA backend (use F16, F32 or Q8_0)");
+    if (c->type == ggml_type::q8_0 && desc_.hp.head_dim % 32 != 0)
+      return make_error("KV cache type Q8_0 needs the head size (", desc_.hp.head_dim, ") to be a multiple of 32");
     TANDEM_TRY(ctx_->activate());
-    auto cache = std::make_unique<cuda_kv_cache>(*c, desc_.hp, this);
+    auto cache = std::make_unique<cuda_kv_cache>(*c, desc_.hp, this, range_.layer_begin, range_.layer_end);
     TANDEM_TRY(cache->init());
     return std::unique_ptr<kv_cache>(std::move(cache));
   }
 
   status forward(const batch& b, kv_cache& cache, std::vector<float>& logits) override {
-    TANDEM_TRY(run(b, cache));
-    logits.resize(static_cast<size_t>(plan_.n_out) * desc_.hp.n_vocab);
-    if (!logits.empty())
-      TANDEM_CUDA_TRY(cudaMemcpyAsync(logits.data(), logits_.get(), logits.size() * sizeof(float),
-                                      cudaMemcpyDeviceToHost, ctx_->stream()));
-    TANDEM_CUDA_TRY(cudaStreamSynchronize(ctx_->stream()));
-    return {};
+    TANDEM_TRY(run(b, cache, false));
+    return copy_out(&logits, nullptr);
   }
 
   status forward_argmax(const batch& b, kv_cache& cache, std::vector<int32_t>& ids) override {
-    TANDEM_TRY(run(b, cache));
-    ids.resize(plan_.n_out);
-    if (!ids.empty()) {
-      TANDEM_TRY(ids_.ensure(ids.size() * sizeof(int32_t)));
-      TANDEM_CUDA_TRY(launch_argmax(logits_.get<float>(), plan_.n_out, desc_.hp.n_vocab, ids_.get<int32_t>(),
-                                    ctx_->stream()));
-      TANDEM_CUDA_TRY(cudaMemcpyAsync(ids.data(), ids_.get(), ids.size() * sizeof(int32_t),
-                                      cudaMemcpyDeviceToHost, ctx_->stream()));
-    }
-    TANDEM_CUDA_TRY(cudaStreamSynchronize(ctx_->stream()));
-    return {};
+    TANDEM_TRY(run(b, cache, true));
+    return copy_out(nullptr, &ids);
   }
 
  private:
-  status run(const batch& b, kv_cache& cache_base);
-  void make_plan(const batch& b, const cuda_kv_cache& cache);
+  // Validates and plans the batch, then enqueues its forward pass (and, with argmax, the argmax
+  // of each logits row into ids_); decode-sized steps replay as captured graphs.
+  status run(const batch& b, kv_cache& cache_base, bool argmax);
+
+ public:
+  // One device's part of a layer split: `book` is the split's cache (positions, slots), `part`
+  // this device's K/V. A stage after the first takes its input activations from the previous
+  // stage's hidden() once that stage's done() event has fired.
+  struct stage_input {
+    const float* x = nullptr;
+    int device = 0;
+    cudaEvent_t ready = nullptr;
+  };
+  status run_stage(const batch& b, const kv_cache& book, kv_cache& part, const stage_input& in, bool argmax);
+  const float* hidden() const { return x_.get<float>(); }
+  cudaEvent_t done() const { return done_; }
+  int device() const { return ctx_->device(); }
+  status copy_out(std::vector<float>* logits, std::vector<int32_t>* ids);
+
+ private:
+  status prepare(const batch& b, const kv_cache& book);
+  status launch_step(cuda_kv_cache& cache, bool argmax);
+  status enqueue(cuda_kv_cache& cache, bool argmax);
+  graph_key step_key(const cuda_kv_cache& cache, bool argmax) const;
+  void make_plan(const batch& b, const kv_cache& cache);
   status ensure_scratch(int n_tok);
   status layer(uint32_t il, cuda_kv_cache& cache);
   status attention(uint32_t il, cuda_kv_cache& cache);
@@ -148,47 +182,122 @@ class cuda_backend final : public cuda_backend_api {
   // Activations: residual x, normed xn, q/k/v, attention output, tmp, FFN gate/up, fp16 copies.
   device_buffer x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, xh_, xo_, logits_;
   device_buffer weight_tile_, qh_, kh_, vh_, scores_, probs_, attn_work_;
+  device_buffer matvec_work_;  // int8 copy of a mat-vec's x (launch_matvec's workspace)
   int scratch_tokens_ = 0;
+  cuda_graph_cache graphs_;
+  bool use_graphs_ = true;
+  weight_range range_;
+  cudaEvent_t done_ = nullptr;  // recorded after each step (layer split hand-over)
 };
 
-status cuda_backend::run(const batch& b, kv_cache& cache_base) {
+status cuda_backend::run(const batch& b, kv_cache& cache_base, bool argmax) {
   auto* cache = dynamic_cast<cuda_kv_cache*>(&cache_base);
   if (!cache || cache->owner() != this) return make_error("the KV cache was not made by this CUDA backend");
   if (b.size() > static_cast<size_t>(k_max_batch))
     return make_error("batch of ", b.size(), " tokens exceeds the CUDA backend's limit of ", k_max_batch);
   TANDEM_TRY(ctx_->activate());
   TANDEM_TRY(reserve_batch(b, *cache, desc_.hp.n_vocab));
-  make_plan(b, *cache);
-  TANDEM_TRY(ensure_scratch(plan_.n_tok));
-  const size_t int_bytes = plan_.ints.size() * sizeof(int32_t);
-  // The previous forward ended with a stream sync, so the pinned buffer is free to refill.
-  TANDEM_TRY(ints_host_.ensure(int_bytes));
-  TANDEM_TRY(ints_.ensure(int_bytes));
-  std::memcpy(ints_host_.get(), plan_.ints.data(), int_bytes);
-  const cudaStream_t s = ctx_->stream();
-  TANDEM_CUDA_TRY(cudaMemcpyAsync(ints_.get(), ints_host_.get(), int_bytes, cudaMemcpyHostToDevice, s));
+  TANDEM_TRY(prepare(b, *cache));
+  return launch_step(*cache, argmax);
+}
 
-  const auto& hp = desc_.hp;
-  const int T = plan_.n_tok;
-  TANDEM_CUDA_TRY(launch_get_rows(w_.token_embd.type, w_.token_embd.data, w_.token_embd.row_bytes,
-                                  dev_ints(plan_.off_tokens), T, hp.n_embd, x_.get<float>(), s));
-  for (uint32_t il = 0; il < hp.n_layer; ++il) TANDEM_TRY(layer(il, *cache));
-
-  // Only rows that want logits pay for the output head.
-  const int n_out = plan_.n_out;
-  if (n_out > 0) {
-    TANDEM_TRY(xo_.ensure(size_t(n_out) * hp.n_embd * sizeof(float)));
-    TANDEM_TRY(logits_.ensure(size_t(n_out) * hp.n_vocab * sizeof(float)));
-    TANDEM_CUDA_TRY(launch_gather_rows(x_.get<float>(), dev_ints(plan_.off_out), n_out, hp.n_embd,
-                                       xo_.get<float>(), s));
-    TANDEM_CUDA_TRY(launch_rms_norm(xo_.get<float>(), w_.output_norm, xo_.get<float>(), n_out, hp.n_embd,
-                                    hp.rms_eps, s));
-    TANDEM_TRY(matmul(w_.output, xo_.get<float>(), n_out, logits_.get<float>()));
+status cuda_backend::run_stage(const batch& b, const kv_cache& book, kv_cache& part_base, const stage_input& in,
+                               bool argmax) {
+  auto* part = dynamic_cast<cuda_kv_cache*>(&part_base);
+  if (!part || part->owner() != this) return make_error("the KV cache part was not made by this CUDA stage");
+  TANDEM_TRY(ctx_->activate());
+  TANDEM_TRY(prepare(b, book));
+  if (in.x) {
+    // The hand-over: the previous device's residual stream, once its layers are done.
+    const cudaStream_t s = ctx_->stream();
+    TANDEM_CUDA_TRY(cudaStreamWaitEvent(s, in.ready, 0));
+    TANDEM_CUDA_TRY(cudaMemcpyPeerAsync(x_.get(), ctx_->device(), in.x, in.device,
+                                        size_t(plan_.n_tok) * desc_.hp.n_embd * sizeof(float), s));
   }
+  TANDEM_TRY(launch_step(*part, argmax));
+  TANDEM_CUDA_TRY(cudaEventRecord(done_, ctx_->stream()));
   return {};
 }
 
-void cuda_backend::make_plan(const batch& b, const cuda_kv_cache& cache) {
+status cuda_backend::copy_out(std::vector<float>* logits, std::vector<int32_t>* ids) {
+  TANDEM_TRY(ctx_->activate());
+  const cudaStream_t s = ctx_->stream();
+  if (logits) {
+    logits->resize(static_cast<size_t>(plan_.n_out) * desc_.hp.n_vocab);
+    if (!logits->empty())
+      TANDEM_CUDA_TRY(cudaMemcpyAsync(logits->data(), logits_.get(), logits->size() * sizeof(float),
+                                      cudaMemcpyDeviceToHost, s));
+  }
+  if (ids) {
+    ids->resize(plan_.n_out);
+    if (!ids->empty())
+      TANDEM_CUDA_TRY(cudaMemcpyAsync(ids->data(), ids_.get(), ids->size() * sizeof(int32_t),
+                                      cudaMemcpyDeviceToHost, s));
+  }
+  TANDEM_CUDA_TRY(cudaStreamSynchronize(s));
+  return {};
+}
+
+status cuda_backend::prepare(const batch& b, const kv_cache& book) {
+  make_plan(b, book);
+  // Everything the step touches is allocated before it is enqueued, so a capture never allocates.
+  TANDEM_TRY(ensure_scratch(plan_.n_tok));
+  const size_t int_bytes = plan_.ints.size() * sizeof(int32_t);
+  TANDEM_TRY(ints_host_.ensure(int_bytes));
+  TANDEM_TRY(ints_.ensure(int_bytes));
+  const size_t n_out = size_t(plan_.n_out), E = desc_.hp.n_embd;
+  TANDEM_TRY(xo_.ensure(std::max<size_t>(n_out, 1) * E * sizeof(float)));
+  TANDEM_TRY(logits_.ensure(std::max<size_t>(n_out, 1) * desc_.hp.n_vocab * sizeof(float)));
+  TANDEM_TRY(ids_.ensure(std::max<size_t>(n_out, 1) * sizeof(int32_t)));
+  // The previous forward ended with a stream sync, so the pinned buffer is free to refill; the
+  // step (graph or not) copies it to the device as its first operation.
+  std::memcpy(ints_host_.get(), plan_.ints.data(), int_bytes);
+  return {};
+}
+
+status cuda_backend::launch_step(cuda_kv_cache& cache, bool argmax) {
+  // Decode-sized steps without GEMM attention are the repeated ones worth a graph.
+  if (use_graphs_ && plan_.n_tok <= k_matvec_max_tokens && plan_.runs.empty())
+    return graphs_.run(step_key(cache, argmax), ctx_->stream(), [&] { return enqueue(cache, argmax); });
+  return enqueue(cache, argmax);
+}
+
+graph_key cuda_backend::step_key(const cuda_kv_cache& cache, bool argmax) const {
+  auto addr = [](const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); };
+  // Buffers only grow, so an unchanged address still holds at least what the graph uses.
+  return {uint64_t(plan_.n_tok), uint64_t(plan_.n_out), uint64_t(plan_.n_tables), uint64_t(plan_.max_blocks),
+          uint64_t(plan_.paged_max_kv), uint64_t(plan_.any_paged), uint64_t(argmax), uint64_t(scratch_tokens_),
+          uint64_t(plan_.ints.size()), addr(ints_host_.get()), addr(ints_.get()), addr(xo_.get()),
+          addr(logits_.get()), addr(ids_.get()), addr(attn_work_.get()), addr(cache.k_layer(range_.layer_begin)),
+          addr(cache.v_layer(range_.layer_begin))};
+}
+
+status cuda_backend::enqueue(cuda_kv_cache& cache, bool argmax) {
+  const cudaStream_t s = ctx_->stream();
+  TANDEM_CUDA_TRY(cudaMemcpyAsync(ints_.get(), ints_host_.get(), plan_.ints.size() * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, s));
+  const auto& hp = desc_.hp;
+  const int T = plan_.n_tok;
+  // Later stages of a layer split find x_ filled by the hand-over copy instead.
+  if (range_.embedding)
+    TANDEM_CUDA_TRY(launch_get_rows(w_.token_embd.type, w_.token_embd.data, w_.token_embd.row_bytes,
+                                    dev_ints(plan_.off_tokens), T, hp.n_embd, x_.get<float>(), s));
+  for (uint32_t il = range_.layer_begin; il < range_.layer_end; ++il) TANDEM_TRY(layer(il, cache));
+
+  // Only rows that want logits pay for the output head.
+  const int n_out = plan_.n_out;
+  if (n_out == 0 || !range_.head) return {};
+  TANDEM_CUDA_TRY(launch_gather_rows(x_.get<float>(), dev_ints(plan_.off_out), n_out, hp.n_embd,
+                                     xo_.get<float>(), s));
+  TANDEM_CUDA_TRY(launch_rms_norm(xo_.get<float>(), w_.output_norm, xo_.get<float>(), n_out, hp.n_embd,
+                                  hp.rms_eps, s));
+  TANDEM_TRY(matmul(w_.output, xo_.get<float>(), n_out, logits_.get<float>()));
+  if (argmax)
+    TANDEM_CUDA_TRY(launch_argmax(logits_.get<float>(), n_out, hp.n_vocab, ids_.get<int32_t>(), s));
+  return {};
+}
+
+void cuda_backend::make_plan(const batch& b, const kv_cache& cache) {
   batch_plan& p = plan_;
   const int T = static_cast<int>(b.size());
   const uint32_t bs = cache.config().block_size;
@@ -201,6 +310,8 @@ void cuda_backend::make_plan(const batch& b, const cuda_kv_cache& cache) {
   p.n_tables = static_cast<int>(seqs.size());
   p.max_blocks = 1;
   for (int32_t seq : seqs) p.max_blocks = std::max<int>(p.max_blocks, (cache.length(seq) + bs - 1) / bs);
+  // Rounded up (unused entries stay 0) so that consecutive decode steps share a graph.
+  p.max_blocks = (p.max_blocks + k_block_bucket - 1) / k_block_bucket * k_block_bucket;
 
   p.off_tokens = 0;
   p.off_pos = p.off_tokens + T;
@@ -241,6 +352,9 @@ void cuda_backend::make_plan(const batch& b, const cuda_kv_cache& cache) {
   p.paged_max_kv = 0;
   for (int t = 0; t < T; ++t)
     if (ints[p.off_paged + t] >= 0) p.any_paged = true, p.paged_max_kv = std::max(p.paged_max_kv, b.positions[t] + 1);
+  // Only sizes the attention split (each token's own length comes from its position): rounded up
+  // for the same reason as max_blocks.
+  p.paged_max_kv = (p.paged_max_kv + k_kv_bucket - 1) / k_kv_bucket * k_kv_bucket;
 }
 
 status cuda_backend::ensure_scratch(int n) {
@@ -259,6 +373,7 @@ status cuda_backend::ensure_scratch(int n) {
   TANDEM_TRY(gate_.alloc(T * F * f));
   TANDEM_TRY(up_.alloc(T * F * f));
   TANDEM_TRY(xh_.alloc(T * std::max({E, QD, F}) * sizeof(uint16_t)));
+  TANDEM_TRY(matvec_work_.alloc(matvec_work_bytes(int64_t(std::max({E, QD, F})), std::min(n, k_matvec_max_tokens))));
   scratch_tokens_ = n;
   return {};
 }
@@ -266,7 +381,7 @@ status cuda_backend::ensure_scratch(int n) {
 status cuda_backend::matmul(const device_matrix& w, const float* x, int n_tok, float* y) {
   const cudaStream_t s = ctx_->stream();
   if (n_tok <= k_matvec_max_tokens && gpu_can_matvec(w.type)) {
-    TANDEM_CUDA_TRY(launch_matvec(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, s));
+    TANDEM_CUDA_TRY(launch_matvec(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, matvec_work_.get(), s));
     return {};
   }
   // GEMM path: fp16 activations and weight tiles, fp32 accumulation, y[t][o] row-major.
@@ -297,7 +412,7 @@ status cuda_backend::matmul_fused(std::initializer_list<matmul_job> jobs, const 
     matvec_output outs[k_matvec_max_outputs];
     int n = 0;
     for (const auto& j : jobs) outs[n++] = {j.w->data, j.w->n_out, j.y};
-    TANDEM_CUDA_TRY(launch_matvec_multi(w0.type, w0.n_in, outs, n, x, n_tok, add, ctx_->stream()));
+    TANDEM_CUDA_TRY(launch_matvec_multi(w0.type, w0.n_in, outs, n, x, n_tok, add, matvec_work_.get(), ctx_->stream()));
     return {};
   }
   for (const auto& j : jobs) {
@@ -404,23 +519,113 @@ status cuda_backend::attention_gemm(uint32_t il, cuda_kv_cache& cache, const tok
   const float scale = 1.f / std::sqrt(float(D)), one = 1.f, zero = 0.f;
   for (int c0 = 0; c0 < r.n; c0 += tc) {
     const int nc = std::min(tc, r.n - c0);
-    const long long s_stride = static_cast<long long>(nc) * n_kv;
+    // Causal: this chunk's queries see keys up to its last position, not the whole run.
+    const int kv = r.pos0 + c0 + nc;
+    const long long s_stride = static_cast<long long>(nc) * kv;
     for (int g = 0; g < Hkv; ++g) {
-      // S[b][t][j] = scale · K_g[j] · q_{g·grp+b}[c0+t]   (column-major: n_kv × nc per head)
+      // S[b][t][j] = scale · K_g[j] · q_{g·grp+b}[c0+t]   (column-major: kv × nc per head)
       TANDEM_CUBLAS_TRY(cublasGemmStridedBatchedEx(
-          ctx_->blas(), CUBLAS_OP_T, CUBLAS_OP_N, n_kv, nc, D, &scale, kh + size_t(g) * n_kv * D, CUDA_R_16F, D, 0,
+          ctx_->blas(), CUBLAS_OP_T, CUBLAS_OP_N, kv, nc, D, &scale, kh + size_t(g) * n_kv * D, CUDA_R_16F, D, 0,
           qh + (size_t(g) * grp * r.n + c0) * D, CUDA_R_16F, D, static_cast<long long>(r.n) * D, &zero, S,
-          CUDA_R_32F, n_kv, s_stride, grp, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      TANDEM_CUDA_TRY(launch_causal_softmax(S, grp * nc, nc, n_kv, r.pos0 + c0, P, s));
+          CUDA_R_32F, kv, s_stride, grp, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      TANDEM_CUDA_TRY(launch_causal_softmax(S, grp * nc, nc, kv, r.pos0 + c0, P, s));
       // out[t][h][:] = Σ_j P[b][t][j] V_g[j]   (column-major D × nc, ld = Hq·D)
       TANDEM_CUBLAS_TRY(cublasGemmStridedBatchedEx(
-          ctx_->blas(), CUBLAS_OP_N, CUBLAS_OP_N, D, nc, n_kv, &one, vh + size_t(g) * n_kv * D, CUDA_R_16F, D, 0, P,
-          CUDA_R_16F, n_kv, s_stride, &zero, att_.get<float>() + size_t(r.t0 + c0) * QD + size_t(g) * grp * D,
+          ctx_->blas(), CUBLAS_OP_N, CUBLAS_OP_N, D, nc, kv, &one, vh + size_t(g) * n_kv * D, CUDA_R_16F, D, 0, P,
+          CUDA_R_16F, kv, s_stride, &zero, att_.get<float>() + size_t(r.t0 + c0) * QD + size_t(g) * grp * D,
           CUDA_R_32F, QD, D, grp, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
   }
   return {};
 }
+
+// A layer split's cache: the positions and slots all devices share (this object's own
+// bookkeeping) and one K/V part per device holding that device's layers.
+class cuda_split_cache final : public kv_cache {
+ public:
+  cuda_split_cache(const kv_cache_config& cfg, const void* owner) : kv_cache(cfg), owner_(owner) {}
+  uint64_t bytes() const override {
+    uint64_t n = 0;
+    for (const auto& p : parts) n += p->bytes();
+    return n;
+  }
+  const void* owner() const { return owner_; }
+  std::vector<std::unique_ptr<kv_cache>> parts;
+
+ private:
+  const void* owner_;
+};
+
+// One model over several GPUs by layer ranges: each stage is a cuda_backend holding its layers;
+// a forward pass runs them in order, each device taking the previous one's activations
+// (peer-to-peer where the devices allow it, else the driver stages through host memory).
+class cuda_split_backend final : public cuda_backend_api {
+ public:
+  explicit cuda_split_backend(const model_desc& desc) : desc_(desc) {}
+
+  void add_stage(std::unique_ptr<cuda_backend> st) {
+    const auto& ls = st->load_stats();
+    stats_.bytes += ls.bytes;
+    stats_.seconds += ls.seconds;
+    stats_.device_bytes += ls.device_bytes;
+    stats_.device_name += (stats_.device_name.empty() ? "" : " + ") + ls.device_name;
+    stages_.push_back(std::move(st));
+  }
+
+  std::string_view name() const override { return "cuda"; }
+  const model_desc& model() const override { return desc_; }
+  const cuda_load_stats& load_stats() const override { return stats_; }
+  uint64_t weight_bytes_per_token() const override {
+    uint64_t n = 0;
+    for (const auto& st : stages_) n += st->weight_bytes_per_token();
+    return n;
+  }
+  uint64_t graph_replays() const override {
+    uint64_t n = 0;
+    for (const auto& st : stages_) n += st->graph_replays();
+    return n;
+  }
+
+  result<std::unique_ptr<kv_cache>> make_cache(const kv_cache_config& cfg) override {
+    auto c = normalize_kv_config(cfg);
+    if (!c) return c.err();
+    auto cache = std::make_unique<cuda_split_cache>(*c, this);
+    for (const auto& st : stages_) {
+      auto part = st->make_cache(*c);
+      if (!part) return part.err();
+      cache->parts.push_back(std::move(*part));
+    }
+    return std::unique_ptr<kv_cache>(std::move(cache));
+  }
+
+  status forward(const batch& b, kv_cache& cache, std::vector<float>& logits) override {
+    TANDEM_TRY(run(b, cache, false));
+    return stages_.back()->copy_out(&logits, nullptr);
+  }
+  status forward_argmax(const batch& b, kv_cache& cache, std::vector<int32_t>& ids) override {
+    TANDEM_TRY(run(b, cache, true));
+    return stages_.back()->copy_out(nullptr, &ids);
+  }
+
+ private:
+  status run(const batch& b, kv_cache& cache_base, bool argmax) {
+    auto* cache = dynamic_cast<cuda_split_cache*>(&cache_base);
+    if (!cache || cache->owner() != this) return make_error("the KV cache was not made by this CUDA backend");
+    if (b.size() > static_cast<size_t>(k_max_batch))
+      return make_error("batch of ", b.size(), " tokens exceeds the CUDA backend's limit of ", k_max_batch);
+    TANDEM_TRY(reserve_batch(b, *cache, desc_.hp.n_vocab));
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      cuda_backend::stage_input in;
+      if (i > 0) in = {stages_[i - 1]->hidden(), stages_[i - 1]->device(), stages_[i - 1]->done()};
+      TANDEM_TRY(stages_[i]->run_stage(b, *cache, *cache->parts[i], in, argmax && i + 1 == stages_.size()));
+    }
+    return {};
+  }
+
+  model_desc desc_;
+  std::vector<std::unique_ptr<cuda_backend>> stages_;
+  cuda_load_stats stats_;
+};
 
 }  // namespace
 
@@ -432,11 +637,36 @@ result<std::unique_ptr<cuda_backend_api>> make_cuda_backend(const model_desc& de
     return make_error("CUDA backend: head size ", hp.head_dim, " is not supported (32, 64, 128 or 256)");
   if (hp.n_head % hp.n_head_kv != 0)
     return make_error("CUDA backend: ", hp.n_head, " query heads do not divide into ", hp.n_head_kv, " KV heads");
-  auto ctx = cuda_context::create(opt.device);
-  if (!ctx) return ctx.err();
-  auto be = std::make_unique<cuda_backend>(desc, std::move(*ctx));
-  TANDEM_TRY(be->init(opt));
-  return std::unique_ptr<cuda_backend_api>(std::move(be));
+  if (opt.devices.size() <= 1 && opt.layers_per_device.size() <= 1) {
+    auto ctx = cuda_context::create(opt.devices.empty() ? opt.device : opt.devices[0]);
+    if (!ctx) return ctx.err();
+    auto be = std::make_unique<cuda_backend>(desc, std::move(*ctx), weight_range{});
+    TANDEM_TRY(be->init(opt));
+    return std::unique_ptr<cuda_backend_api>(std::move(be));
+  }
+  if (opt.devices.size() != opt.layers_per_device.size())
+    return make_error("CUDA layer split: ", opt.devices.size(), " devices but ", opt.layers_per_device.size(),
+                      " layer counts");
+  uint64_t total = 0;
+  for (uint32_t n : opt.layers_per_device) {
+    if (n == 0) return make_error("CUDA layer split: every device must hold at least one layer");
+    total += n;
+  }
+  if (total != hp.n_layer)
+    return make_error("CUDA layer split: the layer counts add up to ", total, ", the model has ", hp.n_layer);
+  auto split = std::make_unique<cuda_split_backend>(desc);
+  uint32_t first = 0;
+  for (size_t i = 0; i < opt.devices.size(); ++i) {
+    auto ctx = cuda_context::create(opt.devices[i]);
+    if (!ctx) return ctx.err();
+    const uint32_t last = first + opt.layers_per_device[i];
+    const weight_range range{first, last, i == 0, i + 1 == opt.devices.size()};
+    auto st = std::make_unique<cuda_backend>(desc, std::move(*ctx), range);
+    TANDEM_TRY(st->init(opt));
+    split->add_stage(std::move(st));
+    first = last;
+  }
+  return std::unique_ptr<cuda_backend_api>(std::move(split));
 }
 
 int cuda_backend_device_count() { return cuda_device_count(); }

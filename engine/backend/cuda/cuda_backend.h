@@ -13,7 +13,16 @@ namespace tandem {
 
 struct cuda_backend_options {
   int device = 0;
+  // Layer split over several GPUs: devices[i] holds the next layers_per_device[i] layers (the
+  // first also the token embedding, the last the output norm and head), and the residual stream
+  // is handed from one to the next once per forward pass. Empty: the whole model on `device`.
+  // A device may appear twice (each stage has its own context), which tests the split on one GPU.
+  std::vector<int> devices;
+  std::vector<uint32_t> layers_per_device;
   size_t staging_bytes = 64ull << 20;  // each of the two pinned upload buffers
+  // Replay decode steps as captured CUDA graphs (the environment variable TANDEM_CUDA_GRAPHS=0
+  // turns them off too, for measuring what they save).
+  bool graphs = true;
 };
 
 // What loading the weights cost; bench and logs report it.
@@ -33,6 +42,8 @@ class cuda_backend_api : public backend {
   // As forward(), but keeps the logits on the GPU and returns each wanted row's argmax
   // (greedy sampling without copying n_vocab floats per token over PCIe).
   virtual status forward_argmax(const batch& b, kv_cache& cache, std::vector<int32_t>& ids) = 0;
+  // Forward steps so far that replayed a captured CUDA graph instead of launching kernels.
+  virtual uint64_t graph_replays() const = 0;
 };
 
 // Uploads the model to `opt.device`. The model description (and its file) must outlive the

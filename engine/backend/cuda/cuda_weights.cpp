@@ -2,6 +2,7 @@
 // pinned staging buffers so the host copy out of the mapping overlaps the PCIe transfer.
 #include "backend/cuda/cuda_weights.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -95,13 +96,19 @@ struct vector_pack {
 
 }  // namespace
 
-status upload_weights(const model_desc& desc, const cuda_context& ctx, size_t staging_bytes, device_weights& w,
-                      cuda_load_stats& stats) {
+status upload_weights(const model_desc& desc, const cuda_context& ctx, size_t staging_bytes,
+                      const weight_range& range, device_weights& w, cuda_load_stats& stats) {
   const auto t0 = std::chrono::steady_clock::now();
+  const uint32_t lb = range.layer_begin, le = std::min<uint32_t>(range.layer_end, uint32_t(desc.layers.size()));
+  if (lb > le) return make_error("CUDA backend: empty layer range ", lb, "..", le);
   // Matrices (the tied output head shares token_embd's copy).
-  std::vector<const gguf_tensor*> mats = {desc.token_embd, desc.output};
-  for (const auto& l : desc.layers)
+  std::vector<const gguf_tensor*> mats;
+  if (range.embedding) mats.push_back(desc.token_embd);
+  if (range.head) mats.push_back(desc.output);
+  for (uint32_t il = lb; il < le; ++il) {
+    const auto& l = desc.layers[il];
     for (const gguf_tensor* t : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) mats.push_back(t);
+  }
   std::map<const gguf_tensor*, uint64_t> offsets;
   uint64_t total = 0;
   for (const gguf_tensor* t : mats) {
@@ -114,9 +121,11 @@ status upload_weights(const model_desc& desc, const cuda_context& ctx, size_t st
     if (!t) return make_error("CUDA backend: output_norm is missing");
 
   vector_pack vecs;
-  vecs.add(desc.output_norm);
-  for (const auto& l : desc.layers)
+  if (range.head) vecs.add(desc.output_norm);
+  for (uint32_t il = lb; il < le; ++il) {
+    const auto& l = desc.layers[il];
     for (const gguf_tensor* t : {l.attn_norm, l.ffn_norm, l.q_norm, l.k_norm, l.bq, l.bk, l.bv}) vecs.add(t);
+  }
 
   TANDEM_TRY(w.matrices.alloc(total));
   TANDEM_TRY(w.vectors.alloc(vecs.data.size() * sizeof(float)));
@@ -131,12 +140,15 @@ status upload_weights(const model_desc& desc, const cuda_context& ctx, size_t st
   }
 
   const auto* vbase = w.vectors.get<float>();
-  w.token_embd = matrix_at(*desc.token_embd, base, offsets.at(desc.token_embd));
-  w.output = matrix_at(*desc.output, base, offsets.at(desc.output));
-  w.output_norm = vecs.at(desc.output_norm, vbase);
-  w.layers.clear();
-  for (const auto& l : desc.layers) {
-    device_layer d;
+  if (range.embedding) w.token_embd = matrix_at(*desc.token_embd, base, offsets.at(desc.token_embd));
+  if (range.head) {
+    w.output = matrix_at(*desc.output, base, offsets.at(desc.output));
+    w.output_norm = vecs.at(desc.output_norm, vbase);
+  }
+  w.layers.assign(desc.layers.size(), device_layer{});
+  for (uint32_t il = lb; il < le; ++il) {
+    const auto& l = desc.layers[il];
+    device_layer& d = w.layers[il];
     d.attn_norm = vecs.at(l.attn_norm, vbase);
     d.ffn_norm = vecs.at(l.ffn_norm, vbase);
     d.q_norm = vecs.at(l.q_norm, vbase);
@@ -151,7 +163,6 @@ status upload_weights(const model_desc& desc, const cuda_context& ctx, size_t st
     d.gate = matrix_at(*l.ffn_gate, base, offsets.at(l.ffn_gate));
     d.up = matrix_at(*l.ffn_up, base, offsets.at(l.ffn_up));
     d.down = matrix_at(*l.ffn_down, base, offsets.at(l.ffn_down));
-    w.layers.push_back(d);
   }
   uint64_t copied = 0;
   for (const auto& [t, off] : offsets) copied += t->n_bytes;

@@ -39,8 +39,15 @@ struct device_weights {
   const float* output_norm = nullptr;
 };
 
-// Checks every tensor type against what the kernels compute with, then uploads.
-status upload_weights(const model_desc& desc, const cuda_context& ctx, size_t staging_bytes, device_weights& w,
-                      cuda_load_stats& stats);
+// Which part of the model a device holds: a layer range, plus the token embedding (the first
+// stage) and the output norm and head (the last). Layers outside the range stay empty.
+struct weight_range {
+  uint32_t layer_begin = 0, layer_end = UINT32_MAX;
+  bool embedding = true, head = true;
+};
+
+// Checks every tensor type against what the kernels compute with, then uploads `range`.
+status upload_weights(const model_desc& desc, const cuda_context& ctx, size_t staging_bytes,
+                      const weight_range& range, device_weights& w, cuda_load_stats& stats);
 
 }  // namespace tandem

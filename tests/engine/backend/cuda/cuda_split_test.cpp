@@ -1,0 +1,142 @@
+// A layer split over several CUDA stages gives the same logits as the whole model on one GPU:
+// prefill, decode, two sequences, argmax. With one GPU every stage is on device 0 (separate
+// contexts), which checks the split's bookkeeping; with two the stages alternate between them.
+// Skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "backend/cuda/cuda_backend.h"
+#include "tiny_model.h"
+
+namespace tandem {
+namespace {
+
+struct side {
+  std::unique_ptr<cuda_backend_api> be;
+  std::unique_ptr<kv_cache> cache;
+};
+
+side make_side(const model_desc& desc, const cuda_backend_options& opt, ggml_type kv) {
+  side s;
+  auto be = make_cuda_backend(desc, opt);
+  EXPECT_TRUE(be.ok()) << (be.ok() ? "" : be.message());
+  if (!be) return s;
+  s.be = std::move(*be);
+  kv_cache_config cfg;
+  cfg.n_ctx = 128;
+  cfg.n_seq_max = 2;
+  cfg.type = kv;
+  auto c = s.be->make_cache(cfg);
+  EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.message());
+  if (c) s.cache = std::move(*c);
+  return s;
+}
+
+std::unique_ptr<test::tiny_model> model(uint32_t n_layer) {
+  test::tiny_model_options opt;
+  opt.arch = "qwen3";
+  opt.matrix_type = ggml_type::q8_0;
+  opt.seed = 21;
+  opt.hp.n_layer = n_layer;
+  opt.hp.n_embd = 256;
+  opt.hp.n_ff = 512;
+  opt.hp.n_head = 4;
+  opt.hp.n_head_kv = 2;
+  opt.hp.head_dim = 64;
+  opt.hp.rope_dim = 64;
+  opt.hp.n_vocab = 96;
+  auto m = test::make_tiny_model(opt);
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.message());
+  return m ? std::move(*m) : nullptr;
+}
+
+// Runs the same steps on both sides; logits must be bit-identical (the same kernels on the same
+// data, only on other devices or in other contexts).
+void expect_same(side& whole, side& split) {
+  std::mt19937 rng(7);
+  batch b;
+  for (int i = 0; i < 40; ++i) b.add(int32_t(rng() % 96), 0, i, i % 8 == 7);  // a GEMM-path prefill
+  for (int i = 0; i < 3; ++i) b.add(int32_t(rng() % 96), 1, i, true);
+  std::vector<float> a, g;
+  ASSERT_TRUE(whole.be->forward(b, *whole.cache, a).ok());
+  auto st = split.be->forward(b, *split.cache, g);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_EQ(a, g) << "prefill";
+  for (int step = 0; step < 30; ++step) {
+    b.clear();
+    b.add(int32_t(rng() % 96), 0, 40 + step, true);
+    b.add(int32_t(rng() % 96), 1, 3 + step, true);
+    if (step % 3 == 2) {
+      std::vector<int32_t> ia, ig;
+      ASSERT_TRUE(whole.be->forward_argmax(b, *whole.cache, ia).ok());
+      ASSERT_TRUE(split.be->forward_argmax(b, *split.cache, ig).ok());
+      ASSERT_EQ(ia, ig) << "step " << step;
+    } else {
+      ASSERT_TRUE(whole.be->forward(b, *whole.cache, a).ok());
+      ASSERT_TRUE(split.be->forward(b, *split.cache, g).ok());
+      ASSERT_EQ(a, g) << "step " << step;
+    }
+  }
+  EXPECT_EQ(whole.cache->length(0), split.cache->length(0));
+}
+
+class cuda_layer_split : public ::testing::TestWithParam<std::vector<uint32_t>> {};
+
+TEST_P(cuda_layer_split, logits_equal_one_gpu) {
+  const int n_dev = cuda_backend_device_count();
+  if (n_dev == 0) GTEST_SKIP() << "no CUDA device";
+  const auto& counts = GetParam();
+  uint32_t n_layer = 0;
+  for (uint32_t c : counts) n_layer += c;
+  auto m = model(n_layer);
+  ASSERT_TRUE(m);
+  cuda_backend_options split_opt;
+  for (size_t i = 0; i < counts.size(); ++i) split_opt.devices.push_back(int(i) % n_dev);
+  split_opt.layers_per_device = counts;
+  for (ggml_type kv : {ggml_type::f16, ggml_type::q8_0}) {
+    side whole = make_side(m->desc, {}, kv), split = make_side(m->desc, split_opt, kv);
+    ASSERT_TRUE(whole.cache && split.cache);
+    EXPECT_EQ(split.cache->bytes(), whole.cache->bytes());  // the parts add up to one cache
+    EXPECT_EQ(split.be->weight_bytes_per_token(), whole.be->weight_bytes_per_token());
+    expect_same(whole, split);
+  }
+}
+
+// Ratios 1:1, 1:1.75 and 1:2 of an 11-layer model, and three stages.
+INSTANTIATE_TEST_SUITE_P(ratios, cuda_layer_split,
+                         ::testing::Values(std::vector<uint32_t>{6, 5}, std::vector<uint32_t>{4, 7},
+                                           std::vector<uint32_t>{4, 8}, std::vector<uint32_t>{1, 2, 1}));
+
+TEST(cuda_layer_split, bad_options_are_errors) {
+  if (cuda_backend_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  auto m = model(4);
+  ASSERT_TRUE(m);
+  cuda_backend_options opt;
+  opt.devices = {0, 0};
+  opt.layers_per_device = {1, 2};
+  auto be = make_cuda_backend(m->desc, opt);
+  ASSERT_FALSE(be.ok());
+  EXPECT_NE(be.message().find("add up to 3"), std::string::npos) << be.message();
+  opt.layers_per_device = {0, 4};
+  be = make_cuda_backend(m->desc, opt);
+  ASSERT_FALSE(be.ok());
+  EXPECT_NE(be.message().find("at least one layer"), std::string::npos) << be.message();
+  opt.layers_per_device = {4};
+  be = make_cuda_backend(m->desc, opt);
+  ASSERT_FALSE(be.ok());
+  EXPECT_NE(be.message().find("2 devices but 1"), std::string::npos) << be.message();
+  // A cache of another backend is refused.
+  opt.layers_per_device = {2, 2};
+  auto a = make_cuda_backend(m->desc, opt), b = make_cuda_backend(m->desc, opt);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto cache = (*b)->make_cache({});
+  ASSERT_TRUE(cache.ok());
+  batch bt;
+  bt.add(1, 0, 0, true);
+  std::vector<float> l;
+  EXPECT_FALSE((*a)->forward(bt, **cache, l).ok());
+}
+
+}  // namespace
+}  // namespace tandem

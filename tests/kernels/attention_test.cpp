@@ -1,0 +1,225 @@
+// KV cache kernels on a Q8_0 (and f16) cache against the CPU reference on random inputs: the
+// stored bytes equal quantize_row's, paged attention matches attend_head, the fp16 gather matches
+// dequantize_row. Skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "kernels/attention.h"
+#include "quant/quant.h"
+
+namespace tandem {
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+#define REQUIRE_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
+
+// A device copy of a host vector, freed on scope exit.
+template <class T>
+struct dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit dev(const std::vector<T>& h) : n(h.size()) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  explicit dev(size_t count) : n(count) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemset(p, 0x7f, n * sizeof(T)), cudaSuccess);  // unwritten outputs show up
+  }
+  ~dev() { cudaFree(p); }
+  dev(const dev&) = delete;
+  dev& operator=(const dev&) = delete;
+  std::vector<T> host() const {
+    std::vector<T> h(n);
+    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+};
+
+// K/V-like rows that exercise the Q8_0 scale search: uniform blocks, heavy-tailed blocks (one
+// outlier, where clipping candidates can win), tiny and huge magnitudes, repeated extremes (ties
+// in the largest-magnitude scan), constant blocks and one all-zero block.
+std::vector<float> kv_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::normal_distribution<float> g(0.f, 1.f);
+  std::vector<float> v(n);
+  for (size_t b = 0; b * 32 < n; ++b) {
+    float* x = v.data() + b * 32;
+    const int kind = int(rng() % 8);
+    for (int i = 0; i < 32; ++i) x[i] = kind == 0 ? u(rng) : g(rng);
+    if (kind == 2) x[rng() % 32] *= 12.f;                      // outlier
+    if (kind == 3) for (int i = 0; i < 32; ++i) x[i] *= 1e-4f;  // small
+    if (kind == 4) for (int i = 0; i < 32; ++i) x[i] *= 300.f;  // large
+    if (kind == 5) x[3] = 2.5f, x[17] = -2.5f, x[29] = 2.5f;    // tied extremes
+    if (kind == 6) for (int i = 0; i < 32; ++i) x[i] = 0.75f;   // constant
+  }
+  if (n >= 64) std::fill(v.begin() + 32, v.begin() + 64, 0.f);  // one all-zero block
+  return v;
+}
+
+// Rows quantized on the GPU into shuffled slots are quantize_row's bytes exactly (Q8_0: the same
+// scale search, same rounding); f16 likewise. 150 rows of 1024 are 9600 blocks (the thread-per-
+// block kernel), rows of 64 and 512 take the warp-per-block one.
+TEST(kv_store, bytes_equal_cpu_quantize_row) {
+  REQUIRE_GPU();
+  const int n_tok = 150, n_slots = 400;
+  for (int row_elems : {1024, 64, 256 * 2}) {
+    for (ggml_type t : {ggml_type::q8_0, ggml_type::f16}) {
+      const size_t rb = *row_bytes(t, row_elems);
+      const auto k = kv_values(size_t(n_tok) * row_elems, 21 + row_elems), v = kv_values(size_t(n_tok) * row_elems, 5);
+      std::vector<int32_t> slots(n_slots);
+      std::iota(slots.begin(), slots.end(), 0);
+      std::shuffle(slots.begin(), slots.end(), std::mt19937(3));
+      slots.resize(n_tok);
+      dev<float> dk(k), dv(v);
+      dev<int32_t> ds(slots);
+      dev<uint8_t> kc(size_t(n_slots) * rb), vc(size_t(n_slots) * rb);
+      ASSERT_EQ(launch_store_kv(dk.p, dv.p, kc.p, vc.p, t, ds.p, n_tok, row_elems, nullptr), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto gk = kc.host(), gv = vc.host();
+      std::vector<uint8_t> ref(rb);
+      int bad = 0;
+      for (int i = 0; i < n_tok; ++i) {
+        for (int side = 0; side < 2; ++side) {
+          quantize_row(t, (side ? v : k).data() + size_t(i) * row_elems, ref.data(), row_elems);
+          const uint8_t* got = (side ? gv : gk).data() + size_t(slots[i]) * rb;
+          if (std::memcmp(got, ref.data(), rb) != 0 && ++bad <= 3)
+            ADD_FAILURE() << type_name(t) << " row_elems " << row_elems << " token " << i << (side ? " V" : " K")
+                          << " differs from quantize_row";
+        }
+      }
+      EXPECT_EQ(bad, 0);
+    }
+  }
+}
+
+TEST(kv_store, rejects_bad_sizes) {
+  REQUIRE_GPU();
+  dev<float> x(64);
+  dev<int32_t> s(std::vector<int32_t>{0});
+  dev<uint8_t> c(256);
+  EXPECT_EQ(launch_store_kv(x.p, x.p, c.p, c.p, ggml_type::q8_0, s.p, 1, 48, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_store_kv(x.p, x.p, c.p, c.p, ggml_type::q4_0, s.p, 1, 64, nullptr), cudaErrorInvalidValue);
+  cudaGetLastError();
+}
+
+struct paged_cache {
+  int D, Hq, Hkv, bs, n_blocks;
+  std::vector<int32_t> table;
+  std::vector<uint8_t> k, v;  // [slot][kv head] rows of row_bytes(type, D)
+  size_t rb;
+};
+
+paged_cache make_cache(ggml_type t, int D, uint32_t seed) {
+  paged_cache c{D, 8, 2, 16, 24, {}, {}, {}, *row_bytes(t, D)};
+  c.table.resize(c.n_blocks);
+  std::iota(c.table.begin(), c.table.end(), 0);
+  std::shuffle(c.table.begin(), c.table.end(), std::mt19937(seed));
+  const size_t rows = size_t(c.n_blocks) * c.bs * c.Hkv;
+  const auto kf = kv_values(rows * D, seed + 1), vf = kv_values(rows * D, seed + 2);
+  c.k.resize(rows * c.rb);
+  c.v.resize(rows * c.rb);
+  for (size_t r = 0; r < rows; ++r) {
+    quantize_row(t, kf.data() + r * D, c.k.data() + r * c.rb, D);
+    quantize_row(t, vf.data() + r * D, c.v.data() + r * c.rb, D);
+  }
+  return c;
+}
+
+// Paged attention over a Q8_0 cache (shuffled block table, GQA, with and without splits) vs
+// attend_head on the same blocks. Both dequantize to the same float values; only the summation
+// order and exp differ: 5e-5 absolute on outputs of size ~1 (some rows reach ~300).
+TEST(paged_attention, q8_0_cache_matches_attend_head) {
+  REQUIRE_GPU();
+  for (int D : {32, 64, 128, 256}) {
+    const auto c = make_cache(ggml_type::q8_0, D, 7 + D);
+    const std::vector<int32_t> pos = {0, 1, 37, 299, -1, 150, 383};
+    const int T = int(pos.size()), n_kv_max = 384;
+    std::mt19937 rng(D);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::vector<float> q(size_t(T) * c.Hq * D);
+    for (auto& x : q) x = u(rng) * 0.01f;  // scores of order 1 with the large (x300) cache rows
+    dev<uint8_t> dk(c.k), dv(c.v);
+    dev<float> dq(q), dout(size_t(T) * c.Hq * D), work(paged_attention_work_floats(T, c.Hq, D, 32));
+    dev<int32_t> dtab(c.table), dtt(std::vector<int32_t>(T, 0)), dpos(pos);
+    paged_attention_args a;
+    a.q = dq.p, a.k_cache = dk.p, a.v_cache = dv.p, a.cache_type = ggml_type::q8_0, a.out = dout.p;
+    a.block_tables = dtab.p, a.tok_table = dtt.p, a.tok_pos = dpos.p;
+    a.n_tok = T, a.n_head = c.Hq, a.n_head_kv = c.Hkv, a.head_dim = D, a.block_size = c.bs;
+    a.max_blocks = c.n_blocks, a.max_kv = n_kv_max, a.scale = 1.f / std::sqrt(float(D));
+    for (bool split : {false, true}) {
+      ASSERT_EQ(launch_paged_attention(a, split ? work.p : nullptr, split ? work.n : 0, nullptr), cudaSuccess);
+      const auto got = dout.host();
+      std::vector<const uint8_t*> kr, vr;
+      std::vector<float> scores(n_kv_max), tmp(D), ref(D);
+      double worst = 0;
+      for (int t = 0; t < T; ++t) {
+        if (pos[t] < 0) continue;
+        for (int h = 0; h < c.Hq; ++h) {
+          kr.clear(), vr.clear();
+          for (int j = 0; j <= pos[t]; ++j) {
+            const size_t row = (size_t(c.table[j / c.bs]) * c.bs + j % c.bs) * c.Hkv + h / (c.Hq / c.Hkv);
+            kr.push_back(c.k.data() + row * c.rb);
+            vr.push_back(c.v.data() + row * c.rb);
+          }
+          attend_head(q.data() + (size_t(t) * c.Hq + h) * D, kr.data(), vr.data(), ggml_type::q8_0, pos[t] + 1,
+                      D, a.scale, scores.data(), tmp.data(), ref.data());
+          for (int d = 0; d < D; ++d) {
+            const float g = got[(size_t(t) * c.Hq + h) * D + d];
+            worst = std::max(worst, double(std::fabs(g - ref[d])) / std::max(1.f, std::fabs(ref[d])));
+          }
+        }
+      }
+      std::printf("q8_0 paged attention D %d split %d: worst relative error %.3g\n", D, int(split), worst);
+      EXPECT_LE(worst, 5e-5) << "D " << D << " split " << split;
+    }
+  }
+}
+
+// The fp16 gather of a Q8_0 (and f16) cache is dequantize_row rounded to fp16, exactly.
+TEST(gather_kv, q8_0_and_f16_equal_dequantize_row) {
+  REQUIRE_GPU();
+  for (ggml_type t : {ggml_type::q8_0, ggml_type::f16}) {
+    for (int D : {64, 128}) {
+      const auto c = make_cache(t, D, 40 + D);
+      const int n_kv = 300;
+      dev<uint8_t> dk(c.k);
+      dev<int32_t> dtab(c.table);
+      dev<uint16_t> out(size_t(c.Hkv) * n_kv * D);
+      ASSERT_EQ(launch_gather_kv_f16(dk.p, t, dtab.p, c.bs, n_kv, c.Hkv, D, out.p, nullptr), cudaSuccess);
+      const auto got = out.host();
+      std::vector<float> f(D);
+      std::vector<uint16_t> ref(D);
+      for (int h = 0; h < c.Hkv; ++h)
+        for (int j = 0; j < n_kv; ++j) {
+          const size_t row = (size_t(c.table[j / c.bs]) * c.bs + j % c.bs) * c.Hkv + h;
+          dequantize_row(t, c.k.data() + row * c.rb, f.data(), D);
+          quantize_row(ggml_type::f16, f.data(), ref.data(), D);
+          ASSERT_EQ(0, std::memcmp(got.data() + (size_t(h) * n_kv + j) * D, ref.data(), D * 2))
+              << type_name(t) << " D " << D << " h " << h << " j " << j;
+        }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem
