@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
 
   engine_options eo;
   eo.gpu = cfg.gpu;
+  eo.gpus = cfg.gpus;
+  eo.ratios = cfg.ratios;
   eo.threads = cfg.threads;
   eo.context = cfg.context;
   eo.chat_format = cfg.chat_format;

@@ -22,7 +22,7 @@ struct logits_options {
   std::string out;
   std::string kv_type = "f32";
   unsigned threads = 0;
-  int gpu = -1;  // -1: CPU reference backend
+  open_args dev;  // --gpu, --gpus, --ratios
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -45,7 +45,7 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 
 void run_logits(const logits_options& o) {
   const auto ids = parse_ids(o.tokens);
-  auto inst = open_instance({o.model, o.kv_type, uint32_t(ids.size()), o.threads, o.gpu});
+  auto inst = open_instance({o.model, o.kv_type, uint32_t(ids.size()), o.threads, o.dev.gpu, o.dev.gpus, o.dev.ratios});
   batch b;
   for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], 0, int32_t(i), true);
   std::vector<float> logits;
@@ -80,7 +80,7 @@ void add_logits_command(CLI::App& app) {
   cmd->add_option("-o,--out", o->out, "Output JSON file (default stdout)");
   cmd->add_option("--kv-type", o->kv_type, "KV cache type: f32 (default), f16, q8_0");
   cmd->add_option("-t,--threads", o->threads, "CPU threads (default all cores)");
-  cmd->add_option("--gpu", o->gpu, "Run on CUDA device N (default: the CPU reference backend)");
+  add_device_options(cmd, o->dev);
   cmd->callback([o] { run_logits(*o); });
 }
 

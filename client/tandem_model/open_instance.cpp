@@ -12,11 +12,22 @@ std::unique_ptr<model_instance> open_instance(const open_args& a) {
   instance_options io;
   io.n_threads = a.threads;
   io.gpu = a.gpu;
+  io.gpus = a.gpus;
+  io.ratios = a.ratios;
   io.cache.n_ctx = a.n_ctx;
   io.cache.type = *kv;
   auto inst = model_instance::open(a.model, io);
   if (!inst) fail(inst.message());
   return std::move(*inst);
+}
+
+void add_device_options(CLI::App* cmd, open_args& a) {
+  cmd->add_option("--gpu", a.gpu, "Run on CUDA device N (default: the CPU reference backend)");
+  cmd->add_option("--gpus", a.gpus,
+                  "Split the model by layers over several CUDA devices, e.g. 0,1 or 0=16GiB,1=32GiB (caps); "
+                  "refused before allocating when the memory plan does not fit");
+  cmd->add_option("--ratios", a.ratios, "With --gpus: layers per device in these proportions, e.g. 1,1.75 "
+                                        "(default: the memory plan's balance)");
 }
 
 }  // namespace tandem

@@ -24,14 +24,14 @@ struct perplexity_options {
   int32_t chunks = -1;
   std::string kv_type = "f16";
   unsigned threads = 0;
-  int gpu = -1;  // -1: CPU reference backend
+  open_args dev;  // --gpu, --gpus, --ratios
 };
 
 void run_perplexity(const perplexity_options& o) {
   std::ifstream in(o.file, std::ios::binary);
   if (!in) fail("cannot read " + o.file);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto inst = open_instance({o.model, o.kv_type, o.ctx, o.threads, o.gpu});
+  auto inst = open_instance({o.model, o.kv_type, o.ctx, o.threads, o.dev.gpu, o.dev.gpus, o.dev.ratios});
   auto tok = tokenizer::from_gguf(inst->file());
   if (!tok) fail(tok.message());
   // As llama.cpp: the whole text is tokenized once, with BOS when the model adds one.
@@ -68,7 +68,7 @@ void add_perplexity_command(CLI::App& app) {
   cmd->add_option("--chunks", o->chunks, "Score at most this many chunks (default all)");
   cmd->add_option("--kv-type", o->kv_type, "KV cache type: f16 (default), q8_0, f32");
   cmd->add_option("-t,--threads", o->threads, "CPU threads (default all cores)");
-  cmd->add_option("--gpu", o->gpu, "Run on CUDA device N (default: the CPU reference backend)");
+  add_device_options(cmd, o->dev);
   cmd->callback([o] { run_perplexity(*o); });
 }
 

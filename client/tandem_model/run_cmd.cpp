@@ -26,7 +26,7 @@ struct run_options {
   uint32_t ctx = 4096;
   std::string kv_type = "f16";
   unsigned threads = 0;
-  int gpu = -1;  // -1: CPU reference backend
+  open_args dev;  // --gpu, --gpus, --ratios
 };
 
 // The prompt's token ids: plain text (BOS when the model adds one) or a rendered chat turn.
@@ -55,7 +55,7 @@ std::vector<int32_t> prompt_ids(const run_options& o, const tokenizer& tok,
 }
 
 void run_generate(run_options o) {
-  auto inst = open_instance({o.model, o.kv_type, o.ctx, o.threads, o.gpu});
+  auto inst = open_instance({o.model, o.kv_type, o.ctx, o.threads, o.dev.gpu, o.dev.gpus, o.dev.ratios});
   auto tok = tokenizer::from_gguf(inst->file());
   if (!tok) fail(tok.message());
   auto ids = prompt_ids(o, *tok, o.gen.stop_tokens);
@@ -110,7 +110,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-c,--ctx", o->ctx, "Context size (default 4096)")->check(CLI::Range(1u, 1u << 24));
   cmd->add_option("--kv-type", o->kv_type, "KV cache type: f16 (default), q8_0, f32");
   cmd->add_option("-t,--threads", o->threads, "CPU threads (default all cores)");
-  cmd->add_option("--gpu", o->gpu, "Run on CUDA device N (default: the CPU reference backend)");
+  add_device_options(cmd, o->dev);
   cmd->callback([o] { run_generate(*o); });
 }
 

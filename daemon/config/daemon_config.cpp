@@ -79,6 +79,11 @@ void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
       ->check(CLI::Range(1024u, 1u << 30))->capture_default_str();
   app.add_option("--gpu", c.gpu, "CUDA device that serves models (-1: the CPU backend)")
       ->check(CLI::Range(-1, 1023))->capture_default_str();
+  app.add_option("--gpus", c.gpus,
+                 "Several CUDA devices, each model split by layer ranges over them, e.g. 0,1 or "
+                 "0=16GiB,1=32GiB (caps); a model whose memory plan does not fit is refused (overrides --gpu)");
+  app.add_option("--ratios", c.ratios, "With --gpus: layers per device in these proportions, e.g. 1,1.75 "
+                                       "(default: the memory plan's balance)");
   app.add_option("--threads", c.threads, "CPU backend threads per model (0: all cores)")->capture_default_str();
   app.add_option("--context", c.context, "KV cache tokens per model")->check(CLI::Range(16u, 1u << 24))
       ->capture_default_str();

@@ -38,6 +38,8 @@ struct daemon_config {
   std::uint32_t queue_depth = 16;
   std::uint32_t max_frame = 16u << 20;
   int gpu = -1;  // CUDA device that serves models; -1: the CPU backend
+  std::string gpus;    // several CUDA devices, each model split by layers over them ("0,1", "0=16GiB,1=32GiB")
+  std::string ratios;  // with gpus: layers per device in these proportions; empty: the memory plan's
   std::uint32_t threads = 0;
   std::uint32_t context = 4096;
   std::string chat_format;

@@ -28,11 +28,25 @@ std::string finish_reason(stop_reason r) {
   return "stop";
 }
 
+// "cpu", "cuda:0", or for a layer split "cuda:0+1" (the ids of --gpus, caps left out).
+std::string device_name(const engine_options& opt) {
+  if (opt.gpus.empty()) return opt.gpu < 0 ? "cpu" : "cuda:" + std::to_string(opt.gpu);
+  std::string ids;
+  for (size_t i = 0; i < opt.gpus.size();) {
+    size_t end = opt.gpus.find(',', i);
+    if (end == std::string::npos) end = opt.gpus.size();
+    const std::string item = opt.gpus.substr(i, end - i);
+    ids += (ids.empty() ? "" : "+") + item.substr(0, item.find('='));
+    i = end + 1;
+  }
+  return "cuda:" + ids;
+}
+
 class engine_model final : public served_model {
  public:
   engine_model(std::string path, const engine_options& opt, std::unique_ptr<loaded_model> model, tokenizer tok,
                chat_template tpl, std::unique_ptr<backend> be, std::unique_ptr<kv_cache> cache)
-      : path_(std::move(path)), device_(opt.gpu < 0 ? "cpu" : "cuda:" + std::to_string(opt.gpu)),
+      : path_(std::move(path)), device_(device_name(opt)),
         prefill_chunk_(opt.prefill_chunk), model_(std::move(model)), tok_(std::move(tok)), tpl_(std::move(tpl)),
         be_(std::move(be)), cache_(std::move(cache)), stop_tokens_(chat_stop_tokens(tpl_, tok_)),
         watch_(std::chrono::duration<double>(opt.stall_timeout_s)) {}
@@ -156,7 +170,10 @@ result<std::unique_ptr<served_model>> load_engine_model(const std::string& path,
   if (!tpl) return make_error(path, ": chat template: ", tpl.message());
   instance_options io;
   io.gpu = opt.gpu;
+  io.gpus = opt.gpus;
+  io.ratios = opt.ratios;
   io.n_threads = opt.threads;
+  io.cache.n_ctx = cache_tokens(model->desc, opt);  // the memory plan of a split sizes this cache
   auto be = make_backend(model->desc, io);
   if (!be) return make_error(path, ": backend: ", be.message());
   kv_cache_config kc;

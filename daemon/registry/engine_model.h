@@ -10,6 +10,7 @@ namespace tandem::daemon {
 
 struct engine_options {
   int gpu = -1;                     // CUDA device to serve from; -1: the CPU backend
+  std::string gpus, ratios;         // layer split over several devices (instance_options)
   unsigned threads = 0;             // CPU backend threads; 0: all cores
   std::uint32_t context = 4096;     // KV cache tokens per sequence (capped by the model's own)
   std::string chat_format;          // empty: from the model's template

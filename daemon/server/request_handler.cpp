@@ -70,7 +70,7 @@ json devices_json(const json& models) {
   cpu["total_bytes"] = total;
   cpu["available_bytes"] = available;
   for (auto& [name, d] : by_device) {
-    if (name.rfind("cuda:", 0) != 0) continue;
+    if (name.rfind("cuda:", 0) != 0 || name.find('+') != std::string::npos) continue;  // one GPU only
     if (auto g = query_gpu_memory(std::stoi(name.substr(5)))) {
       d["total_bytes"] = g->total_bytes;
       d["available_bytes"] = g->free_bytes;

@@ -229,7 +229,9 @@ result<device_usage> device_footprint(const model_desc& desc, const plan_options
   }
   u.workspace = ws;
 
-  u.overhead = opt.rt.cuda_context_bytes + opt.rt.cublas_workspace_bytes + (n_used_devices > 1 ? opt.rt.nccl_bytes : 0);
+  // NCCL only carries a tensor split's all-reduces; a layer split hands over with peer copies.
+  const bool nccl = n_used_devices > 1 && opt.split == split_mode::tensor;
+  u.overhead = opt.rt.cuda_context_bytes + opt.rt.cublas_workspace_bytes + (nccl ? opt.rt.nccl_bytes : 0);
   u.total = u.weights + u.kv_cache + u.activations + u.workspace + u.overhead;
   return u;
 }

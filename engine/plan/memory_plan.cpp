@@ -89,12 +89,21 @@ std::vector<device_share> make_shares(const model_desc& desc, const plan_options
   }
   const auto& hp = desc.hp;
   if (o.split == split_mode::layer) {
+    // As the CUDA layer split runs: the first device with layers looks up the embeddings, the
+    // last one holds the output head (the main device plays no part).
     const auto b = boundaries(hp.n_layer, shares);
+    int first = -1, last = -1;
     for (size_t d = 0; d < n; ++d) {
-      out[d] = full_share(desc, int(d) == main);
+      out[d] = full_share(desc, false);
       out[d].layer_begin = uint32_t(b[d]);
       out[d].layer_end = uint32_t(b[d + 1]);
+      if (out[d].layer_end > out[d].layer_begin) {
+        if (first < 0) first = int(d);
+        last = int(d);
+      }
     }
+    out[first < 0 ? main : first].embeddings = true;
+    out[last < 0 ? main : last].output = true;
     return out;
   }
   const auto heads = boundaries(hp.n_head_kv, shares);
@@ -191,12 +200,19 @@ std::vector<double> water_fill(const std::vector<double>& speed, const std::vect
 result<std::vector<double>> default_shares(const model_desc& desc, const plan_options& o, int main) {
   const size_t n = o.devices.size();
   std::vector<double> speed(n), cap(n), var(n);
-  const uint64_t per_device = o.rt.cuda_context_bytes + o.rt.cublas_workspace_bytes + o.rt.nccl_bytes;
+  const uint64_t per_device = o.rt.cuda_context_bytes + o.rt.cublas_workspace_bytes +
+                              (o.split == split_mode::tensor ? o.rt.nccl_bytes : 0);
   for (size_t d = 0; d < n; ++d) {
     device_share empty;
     empty.embeddings = empty.output = int(d) == main;
+    if (o.split == split_mode::layer) {  // see make_shares
+      empty.embeddings = d == 0;
+      empty.output = d + 1 == n;
+    }
+    device_share full = full_share(desc, false);
+    full.embeddings = empty.embeddings, full.output = empty.output;
     auto lo = device_footprint(desc, o, empty, int(n));
-    auto hi = device_footprint(desc, o, full_share(desc, int(d) == main), int(n));
+    auto hi = device_footprint(desc, o, full, int(n));
     if (!lo) return make_error("plan: ", lo.message());
     if (!hi) return make_error("plan: ", hi.message());
     const double fixed = double(lo->total + (empty.used() ? 0 : per_device));
@@ -227,6 +243,28 @@ result<std::vector<double>> default_shares(const model_desc& desc, const plan_op
     if (move <= 0) break;
     s[worst] -= move;
     s[roomiest] += move;
+  }
+  if (!p.fits) return s;
+  // The linear estimate may leave a memory-bound device a unit short of what it holds: top up
+  // each device below its speed share, one unit at a time, from the one furthest above its own,
+  // while everything still fits.
+  double speed_sum = 0;
+  for (double v : speed) speed_sum += v;
+  for (size_t d = 0; d < n; ++d) {
+    for (int iter = 0; iter < 64 && s[d] + unit <= speed[d] / speed_sum + 1e-9; ++iter) {
+      size_t from = n;
+      double over = 0;
+      for (size_t e = 0; e < n; ++e)
+        if (e != d && s[e] - speed[e] / speed_sum > over + 1e-9 && s[e] >= unit) over = s[e] - speed[e] / speed_sum, from = e;
+      if (from == n) break;
+      std::vector<double> t = s;
+      t[d] += unit, t[from] -= unit;
+      memory_plan q;
+      q.main_device = main;
+      TANDEM_TRY(evaluate(desc, o, t, q));
+      if (!q.fits) break;
+      s = t;
+    }
   }
   return s;
 }

@@ -4,11 +4,76 @@
 #include "backend/cpu/cpu_backend.h"
 #ifdef TANDEM_HAVE_CUDA_BACKEND
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_device_info.h"
+#include "plan/memory_plan.h"
+#include "plan/plan_parse.h"
 #endif
 
 namespace tandem {
 
+result<layer_split> plan_layer_split(const model_desc& desc, const std::string& gpus, const std::string& ratios,
+                                     const kv_cache_config& cache) {
+#ifdef TANDEM_HAVE_CUDA_BACKEND
+  auto reqs = parse_device_list(gpus);
+  if (!reqs) return make_error("--gpus: ", reqs.message());
+  plan_options po;
+  po.split = split_mode::layer;
+  po.n_ctx = cache.n_ctx;
+  po.n_seqs = cache.n_seq_max;
+  po.kv_type = cache.type;
+  po.block_size = cache.block_size;
+  if (!ratios.empty()) {
+    auto r = parse_ratio_list(ratios);
+    if (!r) return make_error("--ratios: ", r.message());
+    po.ratios = *r;
+  }
+  layer_split out;
+  for (const auto& rq : *reqs) {
+    if (rq.cuda_id < 0) return make_error("--gpus: '", rq.text, "' is not a CUDA device id");
+    auto mem = query_cuda_device_memory(rq.cuda_id);
+    if (!mem) return mem.err();
+    device_spec d;
+    d.cuda_id = rq.cuda_id;
+    d.name = "cuda:" + std::to_string(rq.cuda_id) + " " + mem->name;
+    d.total_bytes = mem->total_bytes;
+    d.free_bytes = mem->free_bytes;
+    d.cap_bytes = rq.bytes;
+    d.context_in_free = true;
+    po.devices.push_back(d);
+    out.devices.push_back(rq.cuda_id);
+  }
+  auto plan = make_memory_plan(desc, po);
+  if (!plan) return plan.err();
+  if (!plan->fits) {
+    std::string why;
+    for (const auto& r : plan->reasons) why += (why.empty() ? "" : "; ") + r;
+    return make_error("the model does not fit these GPUs: ", why);
+  }
+  for (const auto& sh : plan->shares) {
+    if (sh.layer_end == sh.layer_begin)
+      return make_error("the memory plan gives a device no layers; drop it from --gpus or change --ratios");
+    out.layers.push_back(sh.layer_end - sh.layer_begin);
+  }
+  return out;
+#else
+  (void)desc, (void)ratios, (void)cache;
+  return make_error("GPUs ", gpus, " requested, but this build has no CUDA backend");
+#endif
+}
+
 result<std::unique_ptr<backend>> make_backend(const model_desc& desc, const instance_options& opt) {
+  if (!opt.gpus.empty()) {
+    auto split = plan_layer_split(desc, opt.gpus, opt.ratios, opt.cache);
+    if (!split) return split.err();
+#ifdef TANDEM_HAVE_CUDA_BACKEND
+    cuda_backend_options co;
+    co.devices = split->devices;
+    co.layers_per_device = split->layers;
+    auto be = make_cuda_backend(desc, co);
+    if (!be) return be.err();
+    return std::unique_ptr<backend>(std::move(be.value()));
+#endif
+  }
   if (opt.gpu < 0) {
     auto be = make_cpu_backend(desc, {.n_threads = opt.n_threads});
     if (!be) return be.err();

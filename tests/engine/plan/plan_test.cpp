@@ -308,7 +308,13 @@ TEST(Plan, DefaultRatiosKeepEqualSharesUnlessTheSmallCardIsFull) {
   EXPECT_LT(skewed->shares[0].layer_end, 32u);
   EXPECT_GT(skewed->shares[0].layer_end, 10u);
   // Near full: one more layer would not fit the small card.
-  EXPECT_LT(skewed->usage[0].available - skewed->usage[0].total, 400ull << 20);
+  plan_options more = o;
+  const double l0 = skewed->shares[0].layer_end + 1.0;
+  more.ratios = {l0, double(m->desc.hp.n_layer) - l0};
+  auto over = make_memory_plan(m->desc, more);
+  ASSERT_TRUE(over.ok()) << over.message();
+  EXPECT_EQ(over->shares[0].layer_end, skewed->shares[0].layer_end + 1);
+  EXPECT_FALSE(over->usage[0].fits) << plan_to_text(m->desc, *over);
 }
 
 TEST(Plan, BadOptionsAreErrors) {
