@@ -350,6 +350,19 @@ TEST_F(TandemModel, RunOnAMissingGpuIsAnError) {
   EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
+// A layer split over GPUs that are not there fails before any work, naming what is missing
+// (a CPU build: no CUDA backend; a CUDA build: the device id), as do bad --gpus / --ratios text.
+TEST_F(TandemModel, LayerSplitOverMissingGpusIsAnError) {
+  const std::string m = make("split.gguf", "--preset tiny");
+  run_result r = run("run -m " + m + " -p hello -n 2 --gpus 1000,1001");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(has(r.err, "1000")) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  r = run("perplexity -m " + m + " -f " + m + " --gpus 0,1 --ratios 1,-2");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(has(r.err, "no CUDA backend") || has(r.err, "--ratios")) << r.err;
+}
+
 // The 6 GB qwen3-8b Q6_K check is too slow for CI; set TANDEM_SLOW_TESTS=1 to run it.
 TEST_F(TandemModel, Qwen3_8B_Q6K_ExactSize) {
   if (!std::getenv("TANDEM_SLOW_TESTS")) GTEST_SKIP() << "set TANDEM_SLOW_TESTS=1";
