@@ -36,7 +36,8 @@ std::string device_name(const engine_options& opt) {
     size_t end = opt.gpus.find(',', i);
     if (end == std::string::npos) end = opt.gpus.size();
     const std::string item = opt.gpus.substr(i, end - i);
-    ids += (ids.empty() ? "" : "+") + item.substr(0, item.find('='));
+    if (!ids.empty()) ids += '+';
+    ids.append(item, 0, item.find('='));
     i = end + 1;
   }
   return "cuda:" + ids;

@@ -13,6 +13,7 @@
 
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_graph_cache.h"
+#include "backend/cuda/cuda_stage.h"
 #include "backend/cuda/cuda_weights.h"
 #include "kernels/attention.h"
 #include "kernels/cuda_check.h"
@@ -26,7 +27,6 @@ namespace {
 constexpr int k_gemm_attention_min = 16;          // a run this long takes the cuBLAS attention path
 constexpr size_t k_attention_budget = 256ull << 20;  // scores + probabilities of one GEMM chunk
 constexpr int64_t k_weight_tile_elems = 64ll << 20;  // fp16 weight elements dequantized at once
-constexpr int k_max_batch = 65535;                  // grid-y limit of the per-token kernels
 constexpr int k_block_bucket = 32;                  // block-table width rounding (graph reuse)
 constexpr int k_kv_bucket = 256;                    // attention split sizing rounding (graph reuse)
 
@@ -77,7 +77,7 @@ struct batch_plan {
   size_t off_tokens = 0, off_pos = 0, off_paged = 0, off_slots = 0, off_table = 0, off_out = 0, off_tables = 0;
 };
 
-class cuda_backend final : public cuda_backend_api {
+class cuda_backend final : public cuda_stage {
  public:
   cuda_backend(const model_desc& desc, std::unique_ptr<cuda_context> ctx, const weight_range& range)
       : desc_(desc), ctx_(std::move(ctx)), range_(range) {
@@ -139,19 +139,11 @@ class cuda_backend final : public cuda_backend_api {
   status run(const batch& b, kv_cache& cache_base, bool argmax);
 
  public:
-  // One device's part of a layer split: `book` is the split's cache (positions, slots), `part`
-  // this device's K/V. A stage after the first takes its input activations from the previous
-  // stage's hidden() once that stage's done() event has fired.
-  struct stage_input {
-    const float* x = nullptr;
-    int device = 0;
-    cudaEvent_t ready = nullptr;
-  };
-  status run_stage(const batch& b, const kv_cache& book, kv_cache& part, const stage_input& in, bool argmax);
-  const float* hidden() const { return x_.get<float>(); }
-  cudaEvent_t done() const { return done_; }
-  int device() const { return ctx_->device(); }
-  status copy_out(std::vector<float>* logits, std::vector<int32_t>* ids);
+  status run_stage(const batch& b, const kv_cache& book, kv_cache& part, const input& in, bool argmax) override;
+  const float* hidden() const override { return x_.get<float>(); }
+  cudaEvent_t done() const override { return done_; }
+  int device() const override { return ctx_->device(); }
+  status copy_out(std::vector<float>* logits, std::vector<int32_t>* ids) override;
 
  private:
   status prepare(const batch& b, const kv_cache& book);
@@ -193,15 +185,15 @@ class cuda_backend final : public cuda_backend_api {
 status cuda_backend::run(const batch& b, kv_cache& cache_base, bool argmax) {
   auto* cache = dynamic_cast<cuda_kv_cache*>(&cache_base);
   if (!cache || cache->owner() != this) return make_error("the KV cache was not made by this CUDA backend");
-  if (b.size() > static_cast<size_t>(k_max_batch))
-    return make_error("batch of ", b.size(), " tokens exceeds the CUDA backend's limit of ", k_max_batch);
+  if (b.size() > static_cast<size_t>(k_cuda_max_batch))
+    return make_error("batch of ", b.size(), " tokens exceeds the CUDA backend's limit of ", k_cuda_max_batch);
   TANDEM_TRY(ctx_->activate());
   TANDEM_TRY(reserve_batch(b, *cache, desc_.hp.n_vocab));
   TANDEM_TRY(prepare(b, *cache));
   return launch_step(*cache, argmax);
 }
 
-status cuda_backend::run_stage(const batch& b, const kv_cache& book, kv_cache& part_base, const stage_input& in,
+status cuda_backend::run_stage(const batch& b, const kv_cache& book, kv_cache& part_base, const input& in,
                                bool argmax) {
   auto* part = dynamic_cast<cuda_kv_cache*>(&part_base);
   if (!part || part->owner() != this) return make_error("the KV cache part was not made by this CUDA stage");
@@ -539,94 +531,6 @@ status cuda_backend::attention_gemm(uint32_t il, cuda_kv_cache& cache, const tok
   return {};
 }
 
-// A layer split's cache: the positions and slots all devices share (this object's own
-// bookkeeping) and one K/V part per device holding that device's layers.
-class cuda_split_cache final : public kv_cache {
- public:
-  cuda_split_cache(const kv_cache_config& cfg, const void* owner) : kv_cache(cfg), owner_(owner) {}
-  uint64_t bytes() const override {
-    uint64_t n = 0;
-    for (const auto& p : parts) n += p->bytes();
-    return n;
-  }
-  const void* owner() const { return owner_; }
-  std::vector<std::unique_ptr<kv_cache>> parts;
-
- private:
-  const void* owner_;
-};
-
-// One model over several GPUs by layer ranges: each stage is a cuda_backend holding its layers;
-// a forward pass runs them in order, each device taking the previous one's activations
-// (peer-to-peer where the devices allow it, else the driver stages through host memory).
-class cuda_split_backend final : public cuda_backend_api {
- public:
-  explicit cuda_split_backend(const model_desc& desc) : desc_(desc) {}
-
-  void add_stage(std::unique_ptr<cuda_backend> st) {
-    const auto& ls = st->load_stats();
-    stats_.bytes += ls.bytes;
-    stats_.seconds += ls.seconds;
-    stats_.device_bytes += ls.device_bytes;
-    stats_.device_name += (stats_.device_name.empty() ? "" : " + ") + ls.device_name;
-    stages_.push_back(std::move(st));
-  }
-
-  std::string_view name() const override { return "cuda"; }
-  const model_desc& model() const override { return desc_; }
-  const cuda_load_stats& load_stats() const override { return stats_; }
-  uint64_t weight_bytes_per_token() const override {
-    uint64_t n = 0;
-    for (const auto& st : stages_) n += st->weight_bytes_per_token();
-    return n;
-  }
-  uint64_t graph_replays() const override {
-    uint64_t n = 0;
-    for (const auto& st : stages_) n += st->graph_replays();
-    return n;
-  }
-
-  result<std::unique_ptr<kv_cache>> make_cache(const kv_cache_config& cfg) override {
-    auto c = normalize_kv_config(cfg);
-    if (!c) return c.err();
-    auto cache = std::make_unique<cuda_split_cache>(*c, this);
-    for (const auto& st : stages_) {
-      auto part = st->make_cache(*c);
-      if (!part) return part.err();
-      cache->parts.push_back(std::move(*part));
-    }
-    return std::unique_ptr<kv_cache>(std::move(cache));
-  }
-
-  status forward(const batch& b, kv_cache& cache, std::vector<float>& logits) override {
-    TANDEM_TRY(run(b, cache, false));
-    return stages_.back()->copy_out(&logits, nullptr);
-  }
-  status forward_argmax(const batch& b, kv_cache& cache, std::vector<int32_t>& ids) override {
-    TANDEM_TRY(run(b, cache, true));
-    return stages_.back()->copy_out(nullptr, &ids);
-  }
-
- private:
-  status run(const batch& b, kv_cache& cache_base, bool argmax) {
-    auto* cache = dynamic_cast<cuda_split_cache*>(&cache_base);
-    if (!cache || cache->owner() != this) return make_error("the KV cache was not made by this CUDA backend");
-    if (b.size() > static_cast<size_t>(k_max_batch))
-      return make_error("batch of ", b.size(), " tokens exceeds the CUDA backend's limit of ", k_max_batch);
-    TANDEM_TRY(reserve_batch(b, *cache, desc_.hp.n_vocab));
-    for (size_t i = 0; i < stages_.size(); ++i) {
-      cuda_backend::stage_input in;
-      if (i > 0) in = {stages_[i - 1]->hidden(), stages_[i - 1]->device(), stages_[i - 1]->done()};
-      TANDEM_TRY(stages_[i]->run_stage(b, *cache, *cache->parts[i], in, argmax && i + 1 == stages_.size()));
-    }
-    return {};
-  }
-
-  model_desc desc_;
-  std::vector<std::unique_ptr<cuda_backend>> stages_;
-  cuda_load_stats stats_;
-};
-
 }  // namespace
 
 result<std::unique_ptr<cuda_backend_api>> make_cuda_backend(const model_desc& desc, const cuda_backend_options& opt) {
@@ -638,11 +542,9 @@ result<std::unique_ptr<cuda_backend_api>> make_cuda_backend(const model_desc& de
   if (hp.n_head % hp.n_head_kv != 0)
     return make_error("CUDA backend: ", hp.n_head, " query heads do not divide into ", hp.n_head_kv, " KV heads");
   if (opt.devices.size() <= 1 && opt.layers_per_device.size() <= 1) {
-    auto ctx = cuda_context::create(opt.devices.empty() ? opt.device : opt.devices[0]);
-    if (!ctx) return ctx.err();
-    auto be = std::make_unique<cuda_backend>(desc, std::move(*ctx), weight_range{});
-    TANDEM_TRY(be->init(opt));
-    return std::unique_ptr<cuda_backend_api>(std::move(be));
+    auto st = make_cuda_stage(desc, opt.devices.empty() ? opt.device : opt.devices[0], weight_range{}, opt);
+    if (!st) return st.err();
+    return std::unique_ptr<cuda_backend_api>(std::move(*st));
   }
   if (opt.devices.size() != opt.layers_per_device.size())
     return make_error("CUDA layer split: ", opt.devices.size(), " devices but ", opt.layers_per_device.size(),
@@ -654,19 +556,25 @@ result<std::unique_ptr<cuda_backend_api>> make_cuda_backend(const model_desc& de
   }
   if (total != hp.n_layer)
     return make_error("CUDA layer split: the layer counts add up to ", total, ", the model has ", hp.n_layer);
-  auto split = std::make_unique<cuda_split_backend>(desc);
+  std::vector<std::unique_ptr<cuda_stage>> stages;
   uint32_t first = 0;
   for (size_t i = 0; i < opt.devices.size(); ++i) {
-    auto ctx = cuda_context::create(opt.devices[i]);
-    if (!ctx) return ctx.err();
     const uint32_t last = first + opt.layers_per_device[i];
-    const weight_range range{first, last, i == 0, i + 1 == opt.devices.size()};
-    auto st = std::make_unique<cuda_backend>(desc, std::move(*ctx), range);
-    TANDEM_TRY(st->init(opt));
-    split->add_stage(std::move(st));
+    auto st = make_cuda_stage(desc, opt.devices[i], {first, last, i == 0, i + 1 == opt.devices.size()}, opt);
+    if (!st) return st.err();
+    stages.push_back(std::move(*st));
     first = last;
   }
-  return std::unique_ptr<cuda_backend_api>(std::move(split));
+  return make_cuda_split_backend(desc, std::move(stages));
+}
+
+result<std::unique_ptr<cuda_stage>> make_cuda_stage(const model_desc& desc, int device, const weight_range& range,
+                                                    const cuda_backend_options& opt) {
+  auto ctx = cuda_context::create(device);
+  if (!ctx) return ctx.err();
+  auto st = std::make_unique<cuda_backend>(desc, std::move(*ctx), range);
+  TANDEM_TRY(st->init(opt));
+  return std::unique_ptr<cuda_stage>(std::move(st));
 }
 
 int cuda_backend_device_count() { return cuda_device_count(); }
