@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   eo.gpu = cfg.gpu;
   eo.gpus = cfg.gpus;
   eo.ratios = cfg.ratios;
+  eo.model_gpus = cfg.model_gpus;
+  eo.model_ratios = cfg.model_ratios;
   eo.threads = cfg.threads;
   eo.context = cfg.context;
   eo.chat_format = cfg.chat_format;

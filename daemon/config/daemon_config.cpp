@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "log.h"
@@ -54,6 +55,7 @@ namespace {
 // Values CLI11 keeps as text and finish() converts.
 struct raw_options {
   std::vector<std::string> models;
+  std::vector<std::string> model_gpus, model_ratios;  // NAME=VALUE
   std::string memory_budget = "0";
 };
 
@@ -84,6 +86,9 @@ void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
                  "0=16GiB,1=32GiB (caps); a model whose memory plan does not fit is refused (overrides --gpu)");
   app.add_option("--ratios", c.ratios, "With --gpus: layers per device in these proportions, e.g. 1,1.75 "
                                        "(default: the memory plan's balance)");
+  app.add_option("--model-gpus", raw.model_gpus,
+                 "Per model: NAME=LIST, that alias's devices instead of --gpus (e.g. big=0=16GiB,1=32GiB)");
+  app.add_option("--model-ratios", raw.model_ratios, "Per model: NAME=R, that alias's layer ratios (e.g. big=1,1.75)");
   app.add_option("--threads", c.threads, "CPU backend threads per model (0: all cores)")->capture_default_str();
   app.add_option("--context", c.context, "KV cache tokens per model")->check(CLI::Range(16u, 1u << 24))
       ->capture_default_str();
@@ -119,6 +124,23 @@ parse_outcome finish(CLI::App& app, daemon_config c, const raw_options& raw) {
       if (prev.alias == spec->alias) return usage_error("--model: alias '" + spec->alias + "' given twice");
     c.models.push_back(*spec);
   }
+  // NAME=VALUE per alias; VALUE may hold '=' itself (device caps), so split at the first.
+  auto per_model = [](const std::vector<std::string>& items, const char* key,
+                      std::map<std::string, std::string>& out) -> std::optional<std::string> {
+    for (const auto& item : items) {
+      const auto eq = item.find('=');
+      if (eq == std::string::npos || eq + 1 == item.size())
+        return std::string(key) + " '" + item + "': expected NAME=VALUE";
+      const std::string name = item.substr(0, eq);
+      if (!proto::valid_model_name(name))
+        return std::string(key) + " '" + item + "': NAME must be 1-64 of [A-Za-z0-9._:-]";
+      if (!out.emplace(name, item.substr(eq + 1)).second)
+        return std::string(key) + ": alias '" + name + "' given twice";
+    }
+    return std::nullopt;
+  };
+  if (auto e = per_model(raw.model_gpus, "--model-gpus", c.model_gpus)) return usage_error(*e);
+  if (auto e = per_model(raw.model_ratios, "--model-ratios", c.model_ratios)) return usage_error(*e);
   auto budget = parse_byte_size(raw.memory_budget, "--memory-budget");
   if (!budget) return usage_error(budget.message());
   c.memory_budget = *budget;

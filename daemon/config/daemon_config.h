@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +41,7 @@ struct daemon_config {
   int gpu = -1;  // CUDA device that serves models; -1: the CPU backend
   std::string gpus;    // several CUDA devices, each model split by layers over them ("0,1", "0=16GiB,1=32GiB")
   std::string ratios;  // with gpus: layers per device in these proportions; empty: the memory plan's
+  std::map<std::string, std::string> model_gpus, model_ratios;  // per alias, overriding gpus / ratios
   std::uint32_t threads = 0;
   std::uint32_t context = 4096;
   std::string chat_format;

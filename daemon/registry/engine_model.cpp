@@ -186,8 +186,22 @@ result<std::unique_ptr<served_model>> load_engine_model(const std::string& path,
       path, opt, std::move(model), std::move(*tok), std::move(*tpl), std::move(*be), std::move(*cache)));
 }
 
+engine_options engine_options::for_alias(const std::string& alias) const {
+  engine_options o = *this;
+  if (auto it = model_gpus.find(alias); it != model_gpus.end()) {
+    o.gpus = it->second;
+    auto r = model_ratios.find(alias);
+    o.ratios = r != model_ratios.end() ? r->second : std::string();
+  } else if (auto r = model_ratios.find(alias); r != model_ratios.end()) {
+    o.ratios = r->second;
+  }
+  return o;
+}
+
 model_loader engine_loader(engine_options opt) {
-  return [opt](const std::string& path) { return load_engine_model(path, opt); };
+  return [opt](const std::string& alias, const std::string& path) {
+    return load_engine_model(path, opt.for_alias(alias));
+  };
 }
 
 result<std::uint64_t> engine_model_bytes(const std::string& path, const engine_options& opt) {
@@ -204,7 +218,9 @@ result<std::uint64_t> engine_model_bytes(const std::string& path, const engine_o
 }
 
 model_sizer engine_sizer(engine_options opt) {
-  return [opt](const std::string& path) { return engine_model_bytes(path, opt); };
+  return [opt](const std::string& alias, const std::string& path) {
+    return engine_model_bytes(path, opt.for_alias(alias));
+  };
 }
 
 }  // namespace tandem::daemon

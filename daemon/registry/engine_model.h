@@ -2,6 +2,7 @@
 // backend and KV cache of one loaded model.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "registry/served_model.h"
@@ -16,6 +17,12 @@ struct engine_options {
   std::string chat_format;          // empty: from the model's template
   std::uint32_t prefill_chunk = 256;  // prompt tokens per forward pass; cancel is checked between
   double stall_timeout_s = 300;     // a forward pass longer than this makes the model unhealthy; 0: never
+  // Per alias: its own devices / ratios instead of gpus / ratios above (an alias named in
+  // model_gpus and not in model_ratios gets the plan's default ratios).
+  std::map<std::string, std::string> model_gpus, model_ratios;
+
+  // The options an alias is loaded with.
+  engine_options for_alias(const std::string& alias) const;
 };
 
 // Loads `path` and everything needed to serve it. Errors name the step that failed.

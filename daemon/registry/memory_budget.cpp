@@ -93,7 +93,7 @@ void model_registry::release(std::vector<std::shared_ptr<model_instance>>& victi
 std::optional<std::string> model_registry::admit(const std::string& alias, const std::string& path) {
   if (opt_.memory_budget == 0) return std::nullopt;
   reap_retired();  // drained leftovers of earlier swaps should not cost an eviction
-  auto need = opt_.sizer ? opt_.sizer(path) : result<std::uint64_t>(std::uint64_t{0});
+  auto need = opt_.sizer ? opt_.sizer(alias, path) : result<std::uint64_t>(std::uint64_t{0});
   if (!need) return need.message();
   std::vector<std::shared_ptr<model_instance>> victims;
   {
@@ -109,7 +109,7 @@ std::optional<std::string> model_registry::admit(const std::string& alias, const
 
 result<std::unique_ptr<served_model>> model_registry::load_fitting(const std::string& alias, const std::string& path) {
   if (auto refused = admit(alias, path)) return make_error(*refused);
-  return loader_(path);
+  return loader_(alias, path);
 }
 
 model_registry::admin_error model_registry::swap_drain_first(const std::string& alias, const std::string& path,
@@ -142,7 +142,7 @@ model_registry::admin_error model_registry::swap_drain_first(const std::string& 
     e.reserved = need;
   }
   old.reset();
-  auto loaded = loader_(path);
+  auto loaded = loader_(alias, path);
   if (loaded || !had_old) {
     if (loaded) {
       std::lock_guard lk(mu_);
@@ -160,7 +160,7 @@ model_registry::admin_error model_registry::swap_drain_first(const std::string& 
     std::lock_guard lk(mu_);
     entries_.at(alias).reserved = old_bytes;
   }
-  auto back = loader_(old_path);
+  auto back = loader_(alias, old_path);
   std::string msg = "swap to " + path + " (drain-first): " + loaded.message();
   if (back) msg += "; the old model was loaded again and serves";
   else msg += "; loading the old model " + old_path + " again failed too: " + back.message();

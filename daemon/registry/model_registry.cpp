@@ -66,7 +66,7 @@ model_registry::admin_error model_registry::swap(const std::string& alias, const
     it->second.admin_busy = true;
   }
   if (opt_.memory_budget > 0) {
-    auto need = opt_.sizer ? opt_.sizer(path) : result<std::uint64_t>(std::uint64_t{0});
+    auto need = opt_.sizer ? opt_.sizer(alias, path) : result<std::uint64_t>(std::uint64_t{0});
     if (!need) return finish_load(alias, need.err(), &out);
     std::vector<std::shared_ptr<model_instance>> victims;
     std::optional<std::string> refused;
@@ -83,7 +83,7 @@ model_registry::admin_error model_registry::swap(const std::string& alias, const
     if (!beside) return swap_drain_first(alias, path, *need, std::move(victims), out);
   }
   // The old model keeps serving while the new one loads beside it.
-  auto loaded = loader_(path);
+  auto loaded = loader_(alias, path);
   if (loaded) {
     std::lock_guard lk(mu_);
     if (auto it = entries_.find(alias); it != entries_.end()) it->second.path = path;

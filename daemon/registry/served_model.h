@@ -65,11 +65,13 @@ class served_model {
   virtual bool healthy() const { return true; }
 };
 
-// Loads a model file; the registry calls it on an admin thread.
-using model_loader = std::function<result<std::unique_ptr<served_model>>(const std::string& path)>;
+// Loads a model file for an alias (whose options may differ per alias); the registry calls it
+// on an admin thread.
+using model_loader =
+    std::function<result<std::unique_ptr<served_model>>(const std::string& alias, const std::string& path)>;
 
 // Predicts the bytes a load of `path` would hold (weights + KV cache) without loading it, so the
 // memory budget can be checked before anything is allocated. Blocking (reads the file's header).
-using model_sizer = std::function<result<std::uint64_t>(const std::string& path)>;
+using model_sizer = std::function<result<std::uint64_t>(const std::string& alias, const std::string& path)>;
 
 }  // namespace tandem::daemon

@@ -289,6 +289,25 @@ def test_admin_ops(model):
         check(d.stop() == 0, "tandemd exit status")
 
 
+def test_per_model_devices(model):
+    # Without a usable GPU here, an alias given its own devices fails to load with a clear error
+    # while the others load on the CPU as before (the GPU path itself: tests/engine/backend/cuda).
+    d = Daemon([], extra=["--model-gpus", "split=0=16GiB,1=32GiB", "--model-ratios", "split=1,1.75"])
+    try:
+        c = Client(d.sock)
+        r = c.call({"id": 1, "op": "load", "name": "split", "path": model})
+        if "result" in r:  # a machine with two GPUs: the split loaded
+            check("cuda" in r["result"]["model"]["backend"], "split backend: %r" % r)
+        else:
+            check(r["error"]["code"] == "load_failed" and "CUDA" in r["error"]["message"], "split load: %r" % r)
+        r = c.call({"id": 2, "op": "load", "name": "plain", "path": model})
+        check(r["result"]["model"]["backend"] == "cpu", "plain load: %r" % r)
+        _, final = generate(c, 3, n=2, model="plain")
+        check(final["result"]["generated_tokens"] >= 1, "plain generates: %r" % final)
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
 def test_systemd_notify(model):
     ns_path = os.path.join(TMP, "notify.sock")
     ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/daemon_config.h"
+#include "registry/engine_model.h"
 
 namespace tandem::daemon {
 namespace {
@@ -68,6 +69,10 @@ TEST(daemon_config, every_usage_error_exits_2) {
       {"--config", "/dev/null", "--model", "no-equals-sign"},
       {"--config", "/dev/null", "--model", "a=/x.gguf", "--model", "a=/y.gguf"},
       {"--config", "/dev/null", "--memory-budget", "lots"},
+      {"--config", "/dev/null", "--model-gpus", "big"},
+      {"--config", "/dev/null", "--model-gpus", "big="},
+      {"--config", "/dev/null", "--model-gpus", "bad name=0,1"},
+      {"--config", "/dev/null", "--model-ratios", "big=1,2", "--model-ratios", "big=1,3"},
   };
   for (const auto& args : cases) {
     auto r = parse(args);
@@ -81,6 +86,29 @@ TEST(daemon_config, every_usage_error_exits_2) {
     EXPECT_EQ(r.exit_code, exit_ok) << flag;
     EXPECT_FALSE(r.output.empty()) << flag;
   }
+}
+
+// Per-model devices: NAME=VALUE where VALUE may itself hold '=' (caps); the loader applies them
+// by alias, falling back to gpus / ratios.
+TEST(daemon_config, per_model_devices) {
+  config_file f("gpus = \"0,1\"\nmodel-gpus = [\"big=0=16GiB,1=32GiB\", \"small=1\"]\n"
+                "model-ratios = [\"big=1,1.75\"]\n");
+  auto r = parse({"--config", f.path});
+  ASSERT_FALSE(r.exit_now) << r.output;
+  EXPECT_EQ(r.config.model_gpus.at("big"), "0=16GiB,1=32GiB");
+  EXPECT_EQ(r.config.model_gpus.at("small"), "1");
+  EXPECT_EQ(r.config.model_ratios.at("big"), "1,1.75");
+  engine_options eo;
+  eo.gpus = r.config.gpus;
+  eo.ratios = "2,1";
+  eo.model_gpus = r.config.model_gpus;
+  eo.model_ratios = r.config.model_ratios;
+  EXPECT_EQ(eo.for_alias("big").gpus, "0=16GiB,1=32GiB");
+  EXPECT_EQ(eo.for_alias("big").ratios, "1,1.75");
+  EXPECT_EQ(eo.for_alias("small").gpus, "1");
+  EXPECT_EQ(eo.for_alias("small").ratios, "");  // its own devices: the plan's default ratios
+  EXPECT_EQ(eo.for_alias("other").gpus, "0,1");
+  EXPECT_EQ(eo.for_alias("other").ratios, "2,1");
 }
 
 TEST(daemon_config, memory_budget_sizes) {

@@ -74,7 +74,7 @@ class fake_model final : public served_model {
 
 // "corrupt" fails at once (also for the sizer); "late-fail" passes the sizer and fails to load.
 model_loader fake_loader(int chunks, std::chrono::milliseconds step, std::chrono::milliseconds load_time = 0ms) {
-  return [=](const std::string& path) -> result<std::unique_ptr<served_model>> {
+  return [=](const std::string&, const std::string& path) -> result<std::unique_ptr<served_model>> {
     std::this_thread::sleep_for(load_time);
     if (path.find("corrupt") != std::string::npos) return make_error(path, ": not a GGUF file");
     if (path.find("late-fail") != std::string::npos) return make_error(path, ": tensor data is truncated");
@@ -83,7 +83,7 @@ model_loader fake_loader(int chunks, std::chrono::milliseconds step, std::chrono
 }
 
 model_sizer fake_sizer() {
-  return [](const std::string& path) -> result<std::uint64_t> {
+  return [](const std::string&, const std::string& path) -> result<std::uint64_t> {
     if (path.find("corrupt") != std::string::npos) return make_error(path, ": not a GGUF file");
     return size_of(path);
   };
@@ -124,6 +124,24 @@ struct probe {
   }
   std::shared_ptr<std::atomic<bool>> j_cancelled;
 };
+
+// Loads and swaps tell the loader which alias they are for (per-model device options).
+TEST(registry, loader_sees_the_alias) {
+  std::mutex mu;
+  std::vector<std::string> seen;
+  auto base = fake_loader(1, 1ms);
+  model_loader loader = [&](const std::string& alias, const std::string& path) {
+    std::lock_guard lk(mu);
+    seen.push_back(alias + ":" + path);
+    return base(alias, path);
+  };
+  model_registry reg(loader, {}, thread_executor());
+  model_info info;
+  ASSERT_FALSE(reg.load("big", "/m/a", std::nullopt, info));
+  ASSERT_FALSE(reg.swap("big", "/m/b", info));
+  std::lock_guard lk(mu);
+  EXPECT_EQ(seen, (std::vector<std::string>{"big:/m/a", "big:/m/b"}));
+}
 
 TEST(registry, load_submit_and_default_alias) {
   model_registry reg(fake_loader(2, 1ms), {}, thread_executor());
