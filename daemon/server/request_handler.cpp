@@ -160,35 +160,39 @@ void request_handler::generate(const std::shared_ptr<connection>& c, proto::requ
   }
 }
 
-void request_handler::tokenize(const std::shared_ptr<connection>& c, proto::request_id id,
-                               const proto::tokenize_request& t) {
-  auto inst = ctx_.registry.resident(t.model);
+void request_handler::with_model(const std::shared_ptr<connection>& c, proto::request_id id, const std::string& alias,
+                                 std::function<std::string(served_model&)> work) {
+  auto inst = ctx_.registry.resident(alias);
   if (!track(c, id)) return;
-  if (!inst) {
-    c->send(proto::error_frame(id, {error_code::not_found, inst.message()}));
-    c->end_request(id);
+  if (inst) {
+    boost::asio::post(ctx_.aux, [c, id, inst = *inst, work = std::move(work)] {
+      c->post_final(id, work(inst->model()));
+    });
     return;
   }
-  boost::asio::post(ctx_.aux, [c, id, inst = *inst, text = t.text, add = t.add_special] {
-    auto r = inst->model().tokenize(text, add);
-    c->post_final(id, r ? proto::result_frame(id, {{"tokens", *r}, {"count", r->size()}})
-                   : proto::error_frame(id, {error_code::bad_request, r.message()}));
+  model_job job;
+  job.run = [c, id, work = std::move(work)](served_model& m) { c->post_final(id, work(m)); };
+  job.fail = [c, id](const wire_error& e) { c->post_final(id, proto::error_frame(id, e)); };
+  if (auto err = ctx_.registry.submit(alias, std::move(job))) {
+    c->send(proto::error_frame(id, *err));
+    c->end_request(id);
+  }
+}
+
+void request_handler::tokenize(const std::shared_ptr<connection>& c, proto::request_id id,
+                               const proto::tokenize_request& t) {
+  with_model(c, id, t.model, [id, text = t.text, add = t.add_special](served_model& m) {
+    auto r = m.tokenize(text, add);
+    return r ? proto::result_frame(id, {{"tokens", *r}, {"count", r->size()}})
+             : proto::error_frame(id, {error_code::bad_request, r.message()});
   });
 }
 
 void request_handler::detokenize(const std::shared_ptr<connection>& c, proto::request_id id,
                                  proto::detokenize_request d) {
-  auto inst = ctx_.registry.resident(d.model);
-  if (!track(c, id)) return;
-  if (!inst) {
-    c->send(proto::error_frame(id, {error_code::not_found, inst.message()}));
-    c->end_request(id);
-    return;
-  }
-  boost::asio::post(ctx_.aux, [c, id, inst = *inst, toks = std::move(d.tokens)] {
-    auto r = inst->model().detokenize(toks);
-    c->post_final(id, r ? proto::result_frame(id, {{"text", *r}})
-                   : proto::error_frame(id, {error_code::bad_request, r.message()}));
+  with_model(c, id, d.model, [id, toks = std::move(d.tokens)](served_model& m) {
+    auto r = m.detokenize(toks);
+    return r ? proto::result_frame(id, {{"text", *r}}) : proto::error_frame(id, {error_code::bad_request, r.message()});
   });
 }
 

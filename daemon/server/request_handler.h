@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it
 
@@ -42,6 +44,11 @@ class request_handler {
   void generate(const std::shared_ptr<connection>& c, proto::request_id id, proto::generate_request g);
   void tokenize(const std::shared_ptr<connection>& c, proto::request_id id, const proto::tokenize_request& t);
   void detokenize(const std::shared_ptr<connection>& c, proto::request_id id, proto::detokenize_request d);
+  // Runs `work` on the model `alias` for tokenize/detokenize: on the aux pool when the model is
+  // resident, else queued on the model like a generation (so a swap or an eviction in between
+  // delays the reply instead of failing it).
+  void with_model(const std::shared_ptr<connection>& c, proto::request_id id, const std::string& alias,
+                  std::function<std::string(served_model&)> work);
   void admin(const std::shared_ptr<connection>& c, proto::request_id id, proto::request_body body);
   // Registers the id as in flight; answers duplicate_id and returns false if it already is.
   bool track(const std::shared_ptr<connection>& c, proto::request_id id);
