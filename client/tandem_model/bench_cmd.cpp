@@ -93,20 +93,14 @@ double run_decode(cuda_backend_api& be, kv_cache& cache, int n, uint32_t seed) {
   return seconds_since(t0);
 }
 
-void run_bench(const bench_options& o) {
-  auto lm = load_model(o.model);
-  if (!lm) fail(lm.message());
-  const model_desc& d = lm->desc;
-  int max_ctx = 1;
-  for (int p : o.prompt) max_ctx = std::max(max_ctx, p);
-  for (int n : o.gen) max_ctx = std::max(max_ctx, n + 1);
-  kv_cache_config cfg;
-  cfg.n_ctx = uint32_t(max_ctx);
-  cfg.type = o.kv == "q8_0" ? ggml_type::q8_0 : o.kv == "f32" ? ggml_type::f32 : ggml_type::f16;
-
+// The backend under test: one GPU, or with --devices a layer split as the memory plan lays it
+// out for this cache. split_text describes it ("none", "layer 13:23"); first_device gets the
+// device the ceilings are measured on.
+std::unique_ptr<cuda_backend_api> open_backend(const bench_options& o, const model_desc& d, const kv_cache_config& cfg,
+                                               std::string& split_text, int& first_device) {
   cuda_backend_options bo;
   bo.device = o.device;
-  std::string split_text = "none";
+  split_text = "none";
   if (!o.devices.empty()) {
     if (o.split == "tensor") fail("--split tensor is planned (tandem-model plan) but not yet run by the CUDA backend");
     if (o.split != "layer" && o.split != "none") fail("--split: unknown split '" + o.split + "' (none, layer or tensor)");
@@ -122,13 +116,31 @@ void run_bench(const bench_options& o) {
         split_text += (i ? ":" : " ") + std::to_string(ls->layers[i]);
     }
   }
+  first_device = bo.devices.empty() ? bo.device : bo.devices[0];
   auto be = make_cuda_backend(d, bo);
   if (!be) fail(be.message());
-  const auto& ls = (*be)->load_stats();
+  return std::move(*be);
+}
+
+void run_bench(const bench_options& o) {
+  auto lm = load_model(o.model);
+  if (!lm) fail(lm.message());
+  const model_desc& d = lm->desc;
+  int max_ctx = 1;
+  for (int p : o.prompt) max_ctx = std::max(max_ctx, p);
+  for (int n : o.gen) max_ctx = std::max(max_ctx, n + 1);
+  kv_cache_config cfg;
+  cfg.n_ctx = uint32_t(max_ctx);
+  cfg.type = o.kv == "q8_0" ? ggml_type::q8_0 : o.kv == "f32" ? ggml_type::f32 : ggml_type::f16;
+
+  std::string split_text;
+  int first_device = o.device;
+  auto be = open_backend(o, d, cfg, split_text, first_device);
+  const auto& ls = be->load_stats();
 
   device_ceilings ceil;
   if (!o.no_ceilings) {
-    auto c = measure_ceilings(bo.devices.empty() ? bo.device : bo.devices[0]);
+    auto c = measure_ceilings(first_device);
     if (!c) fail(c.message());
     ceil = *c;
   }
@@ -144,7 +156,7 @@ void run_bench(const bench_options& o) {
       if (t->n_dims == 2) matrix_params += t->n_elements;
     }
 
-  auto cache = (*be)->make_cache(cfg);
+  auto cache = be->make_cache(cfg);
   if (!cache) fail(cache.message());
 
   const std::string name = std::filesystem::path(o.model).filename().string();
@@ -164,9 +176,9 @@ void run_bench(const bench_options& o) {
                        {"ceiling_fraction", frac}, {"ceiling", frac_of}});
   };
   for (int p : o.prompt) {
-    run_prefill(**be, **cache, p, 1);  // warm-up: cuBLAS heuristics, buffer growth
+    run_prefill(*be, **cache, p, 1);  // warm-up: cuBLAS heuristics, buffer growth
     std::vector<double> tps;
-    for (int r = 0; r < o.reps; ++r) tps.push_back(p / run_prefill(**be, **cache, p, 2 + r));
+    for (int r = 0; r < o.reps; ++r) tps.push_back(p / run_prefill(*be, **cache, p, 2 + r));
     // Causal attention: Q·Kᵀ and P·V over p²/2 pairs per head and layer.
     const double flops = 2.0 * double(matrix_params) * p +
                          4.0 * hp.n_layer * double(hp.n_head) * hp.head_dim * double(p) * p / 2;
@@ -174,10 +186,10 @@ void run_bench(const bench_options& o) {
     row("pp" + std::to_string(p), tps, ceil.gemm_tflops > 0 ? rate / ceil.gemm_tflops : 0, "fp16 GEMM");
   }
   for (int n : o.gen) {
-    run_decode(**be, **cache, std::min(n, 8), 7);
+    run_decode(*be, **cache, std::min(n, 8), 7);
     std::vector<double> tps;
-    for (int r = 0; r < o.reps; ++r) tps.push_back(n / run_decode(**be, **cache, n, 11 + r));
-    const double gbps = double((*be)->weight_bytes_per_token()) * stats_of(tps).mean / 1e9;
+    for (int r = 0; r < o.reps; ++r) tps.push_back(n / run_decode(*be, **cache, n, 11 + r));
+    const double gbps = double(be->weight_bytes_per_token()) * stats_of(tps).mean / 1e9;
     row("tg" + std::to_string(n), tps, ceil.copy_gbps > 0 ? gbps / ceil.copy_gbps : 0, "copy BW");
   }
 
@@ -186,7 +198,7 @@ void run_bench(const bench_options& o) {
                         {"split", split_text},
                         {"upload", {{"bytes", ls.bytes}, {"seconds", ls.seconds}, {"gb_per_s", ls.bytes / ls.seconds / 1e9}}},
                         {"ceilings", {{"copy_gb_per_s", ceil.copy_gbps}, {"gemm_fp16_tflops", ceil.gemm_tflops}}},
-                        {"weight_bytes_per_token", (*be)->weight_bytes_per_token()},
+                        {"weight_bytes_per_token", be->weight_bytes_per_token()},
                         {"results", results}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
@@ -198,7 +210,7 @@ void run_bench(const bench_options& o) {
   if (!o.no_ceilings)
     std::printf("ceilings: copy %.0f GB/s (read+write, %zu MiB buffer), cuBLAS fp16 GEMM %.0f TFLOP/s (%d^3)\n",
                 ceil.copy_gbps, ceil.copy_bytes >> 20, ceil.gemm_tflops, ceil.gemm_size);
-  std::printf("decode reads %.3f GB of weights per token\n\n", (*be)->weight_bytes_per_token() / 1e9);
+  std::printf("decode reads %.3f GB of weights per token\n\n", be->weight_bytes_per_token() / 1e9);
   std::printf("| %-28s | %13s | %10s | %-7s | %-4s | %7s | %20s | %-19s |\n", "model", "size", "params", "backend",
               "kv", "test", "t/s", "of ceiling");
   std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(15, '-').c_str(),
