@@ -122,6 +122,43 @@ std::unique_ptr<cuda_backend_api> open_backend(const bench_options& o, const mod
   return std::move(*be);
 }
 
+struct model_counts {
+  uint64_t file_bytes = 0, params = 0, matrix_params = 0;
+};
+
+model_counts count_model(const model_desc& d) {
+  model_counts c;
+  for (const gguf_tensor* t : {d.token_embd, d.output_norm}) c.file_bytes += t->n_bytes, c.params += t->n_elements;
+  if (d.output != d.token_embd) c.file_bytes += d.output->n_bytes, c.params += d.output->n_elements;
+  c.matrix_params += d.output->n_elements;
+  for (const auto& l : d.layers)
+    for (const gguf_tensor* t : {l.attn_norm, l.wq, l.wk, l.wv, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.wo,
+                                 l.ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down}) {
+      if (!t) continue;
+      c.file_bytes += t->n_bytes, c.params += t->n_elements;
+      if (t->n_dims == 2) c.matrix_params += t->n_elements;
+    }
+  return c;
+}
+
+// The lines above the table: device, split, upload rate, ceilings (when measured), bytes/token.
+void print_preamble(const cuda_load_stats& ls, const std::string& split_text, const device_ceilings* ceil,
+                    uint64_t bytes_per_token) {
+  std::printf("device: %s\n", ls.device_name.c_str());
+  std::printf("split: %s\n", split_text.c_str());
+  std::printf("upload: %.2f GB in %.2f s (%.2f GB/s through pinned staging)\n", ls.bytes / 1e9, ls.seconds,
+              ls.bytes / ls.seconds / 1e9);
+  if (ceil)
+    std::printf("ceilings: copy %.0f GB/s (read+write, %zu MiB buffer), cuBLAS fp16 GEMM %.0f TFLOP/s (%d^3)\n",
+                ceil->copy_gbps, ceil->copy_bytes >> 20, ceil->gemm_tflops, ceil->gemm_size);
+  std::printf("decode reads %.3f GB of weights per token\n\n", bytes_per_token / 1e9);
+  std::printf("| %-28s | %13s | %10s | %-7s | %-4s | %7s | %20s | %-19s |\n", "model", "size", "params", "backend",
+              "kv", "test", "t/s", "of ceiling");
+  std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(15, '-').c_str(),
+              std::string(12, '-').c_str(), std::string(9, '-').c_str(), std::string(6, '-').c_str(),
+              std::string(9, '-').c_str(), std::string(22, '-').c_str(), std::string(21, '-').c_str());
+}
+
 void run_bench(const bench_options& o) {
   auto lm = load_model(o.model);
   if (!lm) fail(lm.message());
@@ -144,17 +181,8 @@ void run_bench(const bench_options& o) {
     if (!c) fail(c.message());
     ceil = *c;
   }
-  uint64_t file_bytes = 0, params = 0, matrix_params = 0;
-  for (const gguf_tensor* t : {d.token_embd, d.output_norm}) file_bytes += t->n_bytes, params += t->n_elements;
-  if (d.output != d.token_embd) file_bytes += d.output->n_bytes, params += d.output->n_elements;
-  matrix_params += d.output->n_elements;
-  for (const auto& l : d.layers)
-    for (const gguf_tensor* t : {l.attn_norm, l.wq, l.wk, l.wv, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.wo,
-                                 l.ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down}) {
-      if (!t) continue;
-      file_bytes += t->n_bytes, params += t->n_elements;
-      if (t->n_dims == 2) matrix_params += t->n_elements;
-    }
+  const model_counts mc = count_model(d);
+  const uint64_t file_bytes = mc.file_bytes, params = mc.params, matrix_params = mc.matrix_params;
 
   auto cache = be->make_cache(cfg);
   if (!cache) fail(cache.message());
@@ -203,19 +231,7 @@ void run_bench(const bench_options& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("device: %s\n", ls.device_name.c_str());
-  std::printf("split: %s\n", split_text.c_str());
-  std::printf("upload: %.2f GB in %.2f s (%.2f GB/s through pinned staging)\n", ls.bytes / 1e9, ls.seconds,
-              ls.bytes / ls.seconds / 1e9);
-  if (!o.no_ceilings)
-    std::printf("ceilings: copy %.0f GB/s (read+write, %zu MiB buffer), cuBLAS fp16 GEMM %.0f TFLOP/s (%d^3)\n",
-                ceil.copy_gbps, ceil.copy_bytes >> 20, ceil.gemm_tflops, ceil.gemm_size);
-  std::printf("decode reads %.3f GB of weights per token\n\n", be->weight_bytes_per_token() / 1e9);
-  std::printf("| %-28s | %13s | %10s | %-7s | %-4s | %7s | %20s | %-19s |\n", "model", "size", "params", "backend",
-              "kv", "test", "t/s", "of ceiling");
-  std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(15, '-').c_str(),
-              std::string(12, '-').c_str(), std::string(9, '-').c_str(), std::string(6, '-').c_str(),
-              std::string(9, '-').c_str(), std::string(22, '-').c_str(), std::string(21, '-').c_str());
+  print_preamble(ls, split_text, o.no_ceilings ? nullptr : &ceil, be->weight_bytes_per_token());
   for (const auto& l : lines) std::printf("%s\n", l.c_str());
 }
 
