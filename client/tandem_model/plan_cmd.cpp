@@ -39,14 +39,7 @@ device_spec resolve(const device_request& r) {
 #ifdef TANDEM_HAVE_CUDA_BACKEND
   auto m = query_cuda_device_memory(r.cuda_id);
   if (!m) fail(m.message());
-  device_spec d;
-  d.cuda_id = r.cuda_id;
-  d.name = "cuda:" + std::to_string(r.cuda_id) + " " + m->name;
-  d.total_bytes = m->total_bytes;
-  d.free_bytes = m->free_bytes;
-  d.cap_bytes = r.bytes;
-  d.context_in_free = true;
-  return d;
+  return measured_device(r, m->name, m->total_bytes, m->free_bytes);
 #else
   if (r.bytes == 0)
     usage_error("--devices", "device id " + std::to_string(r.cuda_id) +

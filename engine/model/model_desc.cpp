@@ -32,7 +32,9 @@ status check_tensor(const tensor_spec& spec, const gguf_tensor& t) {
   return {};
 }
 
-// Which layer_weights member a per-layer tensor name fills.
+
+}  // namespace
+
 const gguf_tensor** layer_slot(layer_weights& w, std::string_view suffix) {
   struct entry {
     std::string_view suffix;
@@ -51,8 +53,6 @@ const gguf_tensor** layer_slot(layer_weights& w, std::string_view suffix) {
     if (e.suffix == suffix) return &(w.*e.member);
   return nullptr;
 }
-
-}  // namespace
 
 result<model_desc> bind_model(const gguf_file& file) {
   auto arch_name = file.get_string("general.architecture");

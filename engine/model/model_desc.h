@@ -44,6 +44,9 @@ struct model_desc {
 // with. The file must outlive the returned description.
 result<model_desc> bind_model(const gguf_file& file);
 
+// The layer_weights member a per-layer tensor name ("attn_q.weight", ...) fills, or nullptr.
+const gguf_tensor** layer_slot(layer_weights& w, std::string_view suffix);
+
 // A GGUF file together with its bound description, kept at a stable address.
 struct loaded_model {
   std::unique_ptr<gguf_file> file;

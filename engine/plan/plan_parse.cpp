@@ -146,6 +146,18 @@ device_spec sized_device(const device_request& r) {
   return d;
 }
 
+device_spec measured_device(const device_request& r, const std::string& gpu_name, uint64_t total_bytes,
+                            uint64_t free_bytes) {
+  device_spec d;
+  d.cuda_id = r.cuda_id;
+  d.name = "cuda:" + std::to_string(r.cuda_id) + " " + gpu_name;
+  d.total_bytes = total_bytes;
+  d.free_bytes = free_bytes;
+  d.cap_bytes = r.bytes;
+  d.context_in_free = true;
+  return d;
+}
+
 std::string plan_bytes_text(uint64_t bytes) {
   char buf[64];
   const double b = static_cast<double>(bytes);

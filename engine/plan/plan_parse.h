@@ -36,6 +36,11 @@ result<split_mode> parse_split_mode(std::string_view text);
 // A hypothetical device of `bytes` (all of it free), named after the request.
 device_spec sized_device(const device_request& r);
 
+// A CUDA device of this machine as its memory was read (cudaMemGetInfo inside this process's
+// context), with the request's cap.
+device_spec measured_device(const device_request& r, const std::string& gpu_name, uint64_t total_bytes,
+                            uint64_t free_bytes);
+
 // "15.25 GiB", "512.0 MiB", "300 B".
 std::string plan_bytes_text(uint64_t bytes);
 

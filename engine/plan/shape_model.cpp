@@ -12,24 +12,8 @@ const gguf_tensor** slot_of(model_desc& d, const tensor_spec& s) {
     if (s.name == "output.weight") return &d.output;
     return nullptr;
   }
-  layer_weights& l = d.layers[s.layer];
   const std::string_view suffix = std::string_view(s.name).substr(s.name.find('.', 4) + 1);
-  struct entry {
-    std::string_view suffix;
-    const gguf_tensor* layer_weights::*member;
-  };
-  static constexpr entry k_slots[] = {
-      {"attn_norm.weight", &layer_weights::attn_norm}, {"attn_q.weight", &layer_weights::wq},
-      {"attn_k.weight", &layer_weights::wk},           {"attn_v.weight", &layer_weights::wv},
-      {"attn_q.bias", &layer_weights::bq},             {"attn_k.bias", &layer_weights::bk},
-      {"attn_v.bias", &layer_weights::bv},             {"attn_q_norm.weight", &layer_weights::q_norm},
-      {"attn_k_norm.weight", &layer_weights::k_norm},  {"attn_output.weight", &layer_weights::wo},
-      {"ffn_norm.weight", &layer_weights::ffn_norm},   {"ffn_gate.weight", &layer_weights::ffn_gate},
-      {"ffn_up.weight", &layer_weights::ffn_up},       {"ffn_down.weight", &layer_weights::ffn_down},
-  };
-  for (const auto& e : k_slots)
-    if (e.suffix == suffix) return &(l.*e.member);
-  return nullptr;
+  return layer_slot(d.layers[s.layer], suffix);
 }
 
 }  // namespace

@@ -32,14 +32,7 @@ result<layer_split> plan_layer_split(const model_desc& desc, const std::string& 
     if (rq.cuda_id < 0) return make_error("--gpus: '", rq.text, "' is not a CUDA device id");
     auto mem = query_cuda_device_memory(rq.cuda_id);
     if (!mem) return mem.err();
-    device_spec d;
-    d.cuda_id = rq.cuda_id;
-    d.name = "cuda:" + std::to_string(rq.cuda_id) + " " + mem->name;
-    d.total_bytes = mem->total_bytes;
-    d.free_bytes = mem->free_bytes;
-    d.cap_bytes = rq.bytes;
-    d.context_in_free = true;
-    po.devices.push_back(d);
+    po.devices.push_back(measured_device(rq, mem->name, mem->total_bytes, mem->free_bytes));
     out.devices.push_back(rq.cuda_id);
   }
   auto plan = make_memory_plan(desc, po);

@@ -15,44 +15,14 @@
 #include "backend/cpu/ops.h"
 #include "kernels/attention.h"
 #include "quant/quant.h"
+#include "kernel_test_util.h"
 
 namespace tandem {
 namespace {
 
-bool have_gpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
-
-#define REQUIRE_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
-
-// A device copy of a host vector, freed on scope exit.
-template <class T>
-struct dev {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit dev(const std::vector<T>& h) : n(h.size()) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  explicit dev(size_t count) : n(count) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemset(p, 0x7f, n * sizeof(T)), cudaSuccess);  // unwritten outputs show up
-  }
-  ~dev() { cudaFree(p); }
-  dev(const dev&) = delete;
-  dev& operator=(const dev&) = delete;
-  std::vector<T> host() const {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-};
+using test::dev;
+using test::have_gpu;
+using test::randoms;
 
 // K/V-like rows that exercise the Q8_0 scale search: uniform blocks, heavy-tailed blocks (one
 // outlier, where clipping candidates can win), tiny and huge magnitudes, repeated extremes (ties

@@ -16,51 +16,14 @@
 #include "kernels/cuda_check.h"
 #include "kernels/layer_ops.h"
 #include "quant/quant.h"
+#include "kernel_test_util.h"
 
 namespace tandem {
 namespace {
 
-bool have_gpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
-
-#define REQUIRE_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
-
-std::vector<float> randoms(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-// A device copy of a host vector, freed on scope exit.
-template <class T>
-struct dev {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit dev(const std::vector<T>& h) : n(h.size()) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  explicit dev(size_t count, uint8_t poison = 0x7f) : n(count) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemset(p, poison, n * sizeof(T)), cudaSuccess);  // unwritten outputs show up
-  }
-  ~dev() { cudaFree(p); }
-  std::vector<T> host() const {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-};
+using test::dev;
+using test::have_gpu;
+using test::randoms;
 
 std::vector<uint8_t> quantize_matrix(ggml_type t, const std::vector<float>& w, int64_t n_in, int64_t n_out) {
   const uint64_t rb = *row_bytes(t, n_in);

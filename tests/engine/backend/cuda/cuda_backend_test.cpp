@@ -12,7 +12,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
-#include "tiny_model.h"
+#include "cuda_test_model.h"
 
 namespace tandem {
 namespace {
@@ -31,20 +31,7 @@ struct pair_fixture {
 
 pair_fixture make_pair(const std::string& arch, ggml_type t, ggml_type cache_type = ggml_type::f16) {
   pair_fixture f;
-  test::tiny_model_options opt;
-  opt.arch = arch;
-  opt.matrix_type = t;
-  opt.seed = 3;
-  // Rows of 256 so that every block type fits; head_dim 64 as the kernels support.
-  opt.hp.n_embd = 256;
-  opt.hp.n_ff = 512;
-  opt.hp.n_head = 4;
-  opt.hp.n_head_kv = 2;
-  opt.hp.head_dim = 64;
-  opt.hp.rope_dim = 64;
-  opt.hp.n_vocab = 96;
-  opt.hp.tied_output = arch == "qwen2";
-  auto m = test::make_tiny_model(opt);
+  auto m = test::make_tiny_model(test::cuda_tiny_options(arch, t, 3));
   EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.message());
   if (!m) return f;
   f.model = std::move(*m);

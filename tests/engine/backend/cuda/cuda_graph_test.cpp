@@ -6,7 +6,7 @@
 #include <random>
 
 #include "backend/cuda/cuda_backend.h"
-#include "tiny_model.h"
+#include "cuda_test_model.h"
 
 namespace tandem {
 namespace {
@@ -35,18 +35,7 @@ side make_side(const model_desc& desc, bool graphs) {
 
 TEST(cuda_graphs, replay_matches_eager_launches) {
   if (cuda_backend_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  test::tiny_model_options opt;
-  opt.arch = "qwen3";
-  opt.matrix_type = ggml_type::q4_k;
-  opt.seed = 11;
-  opt.hp.n_embd = 256;
-  opt.hp.n_ff = 512;
-  opt.hp.n_head = 4;
-  opt.hp.n_head_kv = 2;
-  opt.hp.head_dim = 64;
-  opt.hp.rope_dim = 64;
-  opt.hp.n_vocab = 96;
-  auto m = test::make_tiny_model(opt);
+  auto m = test::make_tiny_model(test::cuda_tiny_options("qwen3", ggml_type::q4_k, 11));
   ASSERT_TRUE(m.ok()) << m.message();
   side eager = make_side((*m)->desc, false), graphed = make_side((*m)->desc, true);
   ASSERT_TRUE(eager.cache && graphed.cache);

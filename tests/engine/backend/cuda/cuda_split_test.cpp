@@ -7,7 +7,7 @@
 #include <random>
 
 #include "backend/cuda/cuda_backend.h"
-#include "tiny_model.h"
+#include "cuda_test_model.h"
 
 namespace tandem {
 namespace {
@@ -34,19 +34,7 @@ side make_side(const model_desc& desc, const cuda_backend_options& opt, ggml_typ
 }
 
 std::unique_ptr<test::tiny_model> model(uint32_t n_layer) {
-  test::tiny_model_options opt;
-  opt.arch = "qwen3";
-  opt.matrix_type = ggml_type::q8_0;
-  opt.seed = 21;
-  opt.hp.n_layer = n_layer;
-  opt.hp.n_embd = 256;
-  opt.hp.n_ff = 512;
-  opt.hp.n_head = 4;
-  opt.hp.n_head_kv = 2;
-  opt.hp.head_dim = 64;
-  opt.hp.rope_dim = 64;
-  opt.hp.n_vocab = 96;
-  auto m = test::make_tiny_model(opt);
+  auto m = test::make_tiny_model(test::cuda_tiny_options("qwen3", ggml_type::q8_0, 21, n_layer));
   EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.message());
   return m ? std::move(*m) : nullptr;
 }
