@@ -161,102 +161,104 @@ result<safetensors_file> safetensors_file::parse(std::span<const uint8_t> bytes,
   return f;
 }
 
+namespace {
+
+// One tensor entry of the header, checked: dtype, shape, data_offsets within the data section.
+result<st_tensor> parse_entry(const std::string& file, const std::string& key, const nlohmann::json& val,
+                              std::span<const uint8_t> data, const st_limits& limits) {
+  auto fail = [&](const auto&... parts) { return make_error(file, ": tensor \"", key, "\": ", parts...); };
+  if (!val.is_object()) return fail("entry is not an object");
+  if (!val.contains("dtype") || !val["dtype"].is_string()) return fail("missing string field dtype");
+  const auto dtype = dtype_from_name(val["dtype"].get<std::string>());
+  if (!dtype) return fail("unknown dtype \"", val["dtype"].get<std::string>(), "\"");
+  if (!val.contains("shape")) return fail("missing field shape");
+  auto shape = as_u64_array(val["shape"]);
+  if (!shape) return fail("shape is not an array of non-negative integers");
+  if (shape->size() > limits.max_dims)
+    return fail("shape has ", shape->size(), " dimensions (limit ", limits.max_dims, ")");
+  if (!val.contains("data_offsets")) return fail("missing field data_offsets");
+  auto offs = as_u64_array(val["data_offsets"]);
+  if (!offs || offs->size() != 2) return fail("data_offsets is not a pair of non-negative integers");
+  const uint64_t begin = (*offs)[0], end = (*offs)[1];
+
+  uint64_t elems = 1;
+  for (uint64_t d : *shape) {
+    if (d != 0 && elems > UINT64_MAX / d) return fail("shape ", shape_string(*shape), " overflows");
+    elems *= d;
+  }
+  const uint32_t esize = st_dtype_size(*dtype);
+  if (elems > UINT64_MAX / esize) return fail("shape ", shape_string(*shape), " overflows");
+  if (begin > end) return fail("data_offsets [", begin, ",", end, "] are reversed");
+  if (end - begin != elems * esize)
+    return fail("dtype ", st_dtype_name(*dtype), " shape ", shape_string(*shape), " needs ", elems * esize,
+                " bytes but data_offsets [", begin, ",", end, "] span ", end - begin);
+  if (end > data.size())
+    return fail("data_offsets [", begin, ",", end, "] run past the end of the data (", data.size(), " bytes)");
+  st_tensor t;
+  t.name = key;
+  t.dtype = *dtype;
+  t.shape = std::move(*shape);
+  t.n_elements = elems;
+  t.data = data.subspan(begin, end - begin);
+  return t;
+}
+
+// The reference implementation requires the tensors (sorted by offset) to tile the data
+// section: no overlap, no hole.
+status check_tiling(const std::string& file, const std::vector<st_tensor>& tensors, std::span<const uint8_t> data) {
+  uint64_t pos = 0;
+  const st_tensor* prev = nullptr;
+  for (const auto& t : tensors) {
+    const uint64_t begin = static_cast<uint64_t>(t.data.data() - data.data());
+    if (begin < pos)
+      return make_error(file, ": tensor \"", t.name, "\" at data offset ", begin, " overlaps tensor \"",
+                        prev->name, "\" (which ends at ", pos, ")");
+    if (begin > pos)
+      return make_error(file, ": hole in the data section before tensor \"", t.name, "\" (bytes ", pos, " to ",
+                        begin, " belong to no tensor)");
+    pos = begin + t.data.size();
+    prev = &t;
+  }
+  if (pos != data.size())
+    return make_error(file, ": data section is ", data.size(), " bytes but the tensors cover ", pos);
+  return {};
+}
+
+}  // namespace
+
 status safetensors_file::parse_header(std::span<const uint8_t> bytes, const st_limits& limits) {
   const std::string& file = *path_;
   if (bytes.size() < 8)
-    return make_error(file, ": file is ", bytes.size(),
-                      " bytes, too small for the 8-byte header length");
+    return make_error(file, ": file is ", bytes.size(), " bytes, too small for the 8-byte header length");
   const uint64_t n = load_u64_le(bytes.data());
   if (n > limits.max_header_bytes)
-    return make_error(file, ": header length ", n, " exceeds the limit of ",
-                      limits.max_header_bytes);
+    return make_error(file, ": header length ", n, " exceeds the limit of ", limits.max_header_bytes);
   if (n > bytes.size() - 8)
-    return make_error(file, ": header length ", n, " runs past the end of the file (", bytes.size(),
-                      " bytes)");
+    return make_error(file, ": header length ", n, " runs past the end of the file (", bytes.size(), " bytes)");
   if (n < 2 || bytes[8] != '{')
     return make_error(file, ": header does not start with '{' (header length ", n, ")");
   auto header = parse_header_json({reinterpret_cast<const char*>(bytes.data() + 8), n});
   if (!header) return make_error(file, ": ", header.message());
 
-  const uint64_t data_start = 8 + n;
-  const uint64_t data_size = bytes.size() - data_start;
+  const std::span<const uint8_t> data = bytes.subspan(8 + n);
   for (const auto& [key, val] : header->items()) {
     if (key == "__metadata__") {
       if (!val.is_object()) return make_error(file, ": __metadata__ is not an object");
       for (const auto& [mk, mv] : val.items()) {
-        if (!mv.is_string())
-          return make_error(file, ": __metadata__ value \"", mk, "\" is not a string");
+        if (!mv.is_string()) return make_error(file, ": __metadata__ value \"", mk, "\" is not a string");
         metadata_[mk] = mv.get<std::string>();
       }
       continue;
     }
-    auto fail = [&](const auto&... parts) {
-      return make_error(file, ": tensor \"", key, "\": ", parts...);
-    };
-    if (!val.is_object()) return fail("entry is not an object");
-    if (!val.contains("dtype") || !val["dtype"].is_string())
-      return fail("missing string field dtype");
-    const auto dtype = dtype_from_name(val["dtype"].get<std::string>());
-    if (!dtype) return fail("unknown dtype \"", val["dtype"].get<std::string>(), "\"");
-    if (!val.contains("shape")) return fail("missing field shape");
-    auto shape = as_u64_array(val["shape"]);
-    if (!shape) return fail("shape is not an array of non-negative integers");
-    if (shape->size() > limits.max_dims)
-      return fail("shape has ", shape->size(), " dimensions (limit ", limits.max_dims, ")");
-    if (!val.contains("data_offsets")) return fail("missing field data_offsets");
-    auto offs = as_u64_array(val["data_offsets"]);
-    if (!offs || offs->size() != 2)
-      return fail("data_offsets is not a pair of non-negative integers");
-    const uint64_t begin = (*offs)[0], end = (*offs)[1];
-
-    uint64_t elems = 1;
-    for (uint64_t d : *shape) {
-      if (d != 0 && elems > UINT64_MAX / d)
-        return fail("shape ", shape_string(*shape), " overflows");
-      elems *= d;
-    }
-    const uint32_t esize = st_dtype_size(*dtype);
-    if (elems > UINT64_MAX / esize) return fail("shape ", shape_string(*shape), " overflows");
-    if (begin > end) return fail("data_offsets [", begin, ",", end, "] are reversed");
-    if (end - begin != elems * esize)
-      return fail("dtype ", st_dtype_name(*dtype), " shape ", shape_string(*shape), " needs ",
-                  elems * esize, " bytes but data_offsets [", begin, ",", end, "] span ",
-                  end - begin);
-    if (end > data_size)
-      return fail("data_offsets [", begin, ",", end, "] run past the end of the data (", data_size,
-                  " bytes)");
-    st_tensor t;
-    t.name = key;
-    t.dtype = *dtype;
-    t.shape = std::move(*shape);
-    t.n_elements = elems;
-    t.data = bytes.subspan(data_start + begin, end - begin);
-    t.file = path_.get();
-    tensors_.push_back(std::move(t));
+    auto t = parse_entry(file, key, val, data, limits);
+    if (!t) return t.err();
+    t->file = path_.get();
+    tensors_.push_back(std::move(*t));
   }
-
-  // The reference implementation requires the tensors to tile the data section: no overlap, no
-  // hole.
   std::sort(tensors_.begin(), tensors_.end(), [](const st_tensor& a, const st_tensor& b) {
-    return a.data.data() != b.data.data() ? a.data.data() < b.data.data()
-                                          : a.data.size() < b.data.size();
+    return a.data.data() != b.data.data() ? a.data.data() < b.data.data() : a.data.size() < b.data.size();
   });
-  uint64_t pos = 0;
-  const st_tensor* prev = nullptr;
-  for (const auto& t : tensors_) {
-    const uint64_t begin = static_cast<uint64_t>(t.data.data() - bytes.data()) - data_start;
-    if (begin < pos)
-      return make_error(file, ": tensor \"", t.name, "\" at data offset ", begin,
-                        " overlaps tensor \"", prev->name, "\" (which ends at ", pos, ")");
-    if (begin > pos)
-      return make_error(file, ": hole in the data section before tensor \"", t.name, "\" (bytes ",
-                        pos, " to ", begin, " belong to no tensor)");
-    pos = begin + t.data.size();
-    prev = &t;
-  }
-  if (pos != data_size)
-    return make_error(file, ": data section is ", data_size, " bytes but the tensors cover ", pos);
-  return {};
+  return check_tiling(file, tensors_, data);
 }
 
 const st_tensor* safetensors_file::find(std::string_view name) const {
