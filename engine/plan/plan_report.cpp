@@ -141,7 +141,10 @@ std::string plan_to_text(const model_desc& desc, const memory_plan& p) {
   os << "split    " << split_mode_name(p.split);
   if (p.split != split_mode::none)
     os << ", ratios " << ratio_text(p.ratios) << (p.default_ratios ? " (default: time balanced within memory)" : "");
-  os << ", main device " << p.main_device << "\n\n";
+  // A layer split puts the embeddings on its first device and the head on its last; the device
+  // lines below say which, so the main device is only named where it places something.
+  if (p.split != split_mode::layer) os << ", main device " << p.main_device;
+  os << "\n\n";
 
   std::snprintf(line, sizeof line, "%-22s %11s %11s %11s %11s %11s %11s %11s  %s\n", "device", "weights", "KV cache",
                 "activations", "workspace", "overhead", "total", "available", "fits");
