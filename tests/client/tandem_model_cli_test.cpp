@@ -15,57 +15,17 @@
 #include <nlohmann/json.hpp>
 
 #include "gguf/gguf_reader.h"
+#include "tandem_model_harness.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
 
-struct run_result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-class TandemModel : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "tandem-model-test-XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  run_result run(const std::string& args) const {
-    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    const std::string cmd = std::string(TANDEM_MODEL_BIN) + " " + args + " >" + out.string() +
-                            " 2>" + err.string();
-    const int st = std::system(cmd.c_str());
-    run_result r;
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-
-  // Makes a model and fails the test when that does not work.
-  std::string make(const std::string& name, const std::string& args) const {
-    const std::string p = path(name);
-    const run_result r = run("make " + args + " -q -o " + p);
-    EXPECT_EQ(r.code, 0) << r.err;
-    return p;
-  }
-
-  fs::path dir_;
-};
+using tandem::test::has;
+using tandem::test::run_result;
+using tandem::test::slurp;
+using TandemModel = tandem::test::tandem_model_test;
 
 // Block geometry from ggml-common.h, restated so the test does not trust the library's table.
 struct block_geom {
@@ -76,8 +36,6 @@ const std::map<std::string, block_geom> k_blocks = {
     {"Q4_0", {32, 18}},  {"Q4_1", {32, 20}},  {"Q5_0", {32, 22}},  {"Q5_1", {32, 24}},
     {"Q4_K", {256, 144}}, {"Q5_K", {256, 176}}, {"Q6_K", {256, 210}},
 };
-
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 int layer_of(const std::string& name) {
   return name.rfind("blk.", 0) == 0 ? std::stoi(name.substr(4)) : -1;

@@ -12,54 +12,19 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tandem_model_harness.h"
+
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
 
-struct run_result {
-  int code = -1;
-  std::string out, err;
-};
+using tandem::test::has;
+using tandem::test::run_result;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-class PlanCli : public ::testing::Test {
+class PlanCli : public tandem::test::tandem_model_test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "tandem-plan-test-XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  run_result run(const std::string& args) const {
-    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    const std::string cmd =
-        std::string(TANDEM_MODEL_BIN) + " " + args + " >" + out.string() + " 2>" + err.string();
-    const int st = std::system(cmd.c_str());
-    run_result r;
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-
-  std::string tiny_model() const {
-    const std::string p = (dir_ / "tiny.gguf").string();
-    const run_result r = run("make --preset tiny --type Q8_0 -q -o " + p);
-    EXPECT_EQ(r.code, 0) << r.err;
-    return p;
-  }
-
-  fs::path dir_;
+  std::string tiny_model() const { return make("tiny.gguf", "--preset tiny --type Q8_0"); }
 };
 
 TEST_F(PlanCli, TinyModelFileFitsTwoCardsAsJson) {
