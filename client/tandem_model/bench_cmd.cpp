@@ -93,8 +93,9 @@ double run_decode(cuda_backend_api& be, kv_cache& cache, int n, uint32_t seed) {
   return seconds_since(t0);
 }
 
-// The backend under test: one GPU, or with --devices a layer split as the memory plan lays it
-// out for this cache. split_text describes it ("none", "layer 13:23"); first_device gets the
+// The backend under test: one GPU, or with --devices a layer or tensor split as the memory plan
+// lays it out for this cache. split_text describes it ("none", "layer 13:23", "tensor kv 3:5 ffn
+// 4352:7936"); first_device gets the
 // device the ceilings are measured on.
 std::unique_ptr<cuda_backend_api> open_backend(const bench_options& o, const model_desc& d, const kv_cache_config& cfg,
                                                std::string& split_text, int& first_device) {
@@ -102,18 +103,13 @@ std::unique_ptr<cuda_backend_api> open_backend(const bench_options& o, const mod
   bo.device = o.device;
   split_text = "none";
   if (!o.devices.empty()) {
-    if (o.split == "tensor") fail("--split tensor is planned (tandem-model plan) but not yet run by the CUDA backend");
-    if (o.split != "layer" && o.split != "none") fail("--split: unknown split '" + o.split + "' (none, layer or tensor)");
-    auto ls = plan_layer_split(d, o.devices, o.ratios, cfg);
-    if (!ls) fail(ls.message());
+    auto sp = plan_gpu_split(d, o.devices, o.ratios, o.split == "none" ? "layer" : o.split, cfg);
+    if (!sp) fail(sp.message());
     if (o.split == "none") {
-      bo.device = ls->devices[0];
+      bo.device = sp->devices[0];
     } else {
-      bo.devices = ls->devices;
-      bo.layers_per_device = ls->layers;
-      split_text = "layer";
-      for (size_t i = 0; i < ls->layers.size(); ++i)
-        split_text += (i ? ":" : " ") + std::to_string(ls->layers[i]);
+      fill_cuda_options(*sp, bo);
+      split_text = sp->describe();
     }
   }
   first_device = bo.devices.empty() ? bo.device : bo.devices[0];
@@ -253,7 +249,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--device", o->device, "CUDA device index");
   cmd->add_option("--devices", o->devices,
                   "Several CUDA devices, e.g. 0,1 or 0=16GiB,1=32GiB (caps for the memory plan)");
-  cmd->add_option("--split", o->split, "With --devices: layer (default) or none (tensor: planned, not run yet)");
+  cmd->add_option("--split", o->split, "With --devices: layer (default), tensor (every layer cut, NCCL all-reduces) or none (the first device alone)");
   cmd->add_option("--ratios", o->ratios, "With --devices: layers per device in these proportions, e.g. 1,1.75");
   cmd->add_option("--kv", o->kv, "KV cache type: f16 (default), q8_0 or f32")
       ->check(CLI::IsMember({"f16", "q8_0", "f32"}));

@@ -22,7 +22,7 @@ struct logits_options {
   std::string out;
   std::string kv_type = "f32";
   unsigned threads = 0;
-  open_args dev;  // --gpu, --gpus, --ratios
+  open_args dev;  // --gpu, --gpus, --ratios, --split
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -45,7 +45,7 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 
 void run_logits(const logits_options& o) {
   const auto ids = parse_ids(o.tokens);
-  auto inst = open_instance({o.model, o.kv_type, uint32_t(ids.size()), o.threads, o.dev.gpu, o.dev.gpus, o.dev.ratios});
+  auto inst = open_instance({o.model, o.kv_type, uint32_t(ids.size()), o.threads, o.dev.gpu, o.dev.gpus, o.dev.ratios, o.dev.split});
   batch b;
   for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], 0, int32_t(i), true);
   std::vector<float> logits;

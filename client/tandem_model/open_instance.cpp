@@ -14,6 +14,7 @@ std::unique_ptr<model_instance> open_instance(const open_args& a) {
   io.gpu = a.gpu;
   io.gpus = a.gpus;
   io.ratios = a.ratios;
+  io.split = a.split;
   io.cache.n_ctx = a.n_ctx;
   io.cache.type = *kv;
   auto inst = model_instance::open(a.model, io);
@@ -24,10 +25,12 @@ std::unique_ptr<model_instance> open_instance(const open_args& a) {
 void add_device_options(CLI::App* cmd, open_args& a) {
   cmd->add_option("--gpu", a.gpu, "Run on CUDA device N (default: the CPU reference backend)");
   cmd->add_option("--gpus", a.gpus,
-                  "Split the model by layers over several CUDA devices, e.g. 0,1 or 0=16GiB,1=32GiB (caps); "
+                  "Split the model over several CUDA devices, e.g. 0,1 or 0=16GiB,1=32GiB (caps); "
                   "refused before allocating when the memory plan does not fit");
-  cmd->add_option("--ratios", a.ratios, "With --gpus: layers per device in these proportions, e.g. 1,1.75 "
+  cmd->add_option("--ratios", a.ratios, "With --gpus: each device's share in these proportions, e.g. 1,1.75 "
                                         "(default: the memory plan's balance)");
+  cmd->add_option("--split", a.split, "With --gpus: layer (default; contiguous layer ranges) or tensor (every "
+                                      "layer cut by KV heads and FFN columns, NCCL all-reduces)");
 }
 
 }  // namespace tandem

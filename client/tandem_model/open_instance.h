@@ -18,13 +18,14 @@ struct open_args {
   uint32_t n_ctx = 0;   // 0: the model's training context
   unsigned threads = 0;
   int gpu = -1;  // -1: the CPU reference backend
-  std::string gpus;    // several GPUs (layer split); see instance_options
+  std::string gpus;    // several GPUs (a layer or tensor split); see instance_options
   std::string ratios;
+  std::string split;   // with gpus: layer (default) or tensor
 };
 
 std::unique_ptr<model_instance> open_instance(const open_args& a);
 
-// --gpu N, --gpus LIST and --ratios R, the same for every command that opens a model.
+// --gpu N, --gpus LIST, --ratios R and --split MODE, the same for every command that opens a model.
 void add_device_options(CLI::App* cmd, open_args& a);
 
 }  // namespace tandem

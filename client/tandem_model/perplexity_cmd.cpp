@@ -24,14 +24,14 @@ struct perplexity_options {
   int32_t chunks = -1;
   std::string kv_type = "f16";
   unsigned threads = 0;
-  open_args dev;  // --gpu, --gpus, --ratios
+  open_args dev;  // --gpu, --gpus, --ratios, --split
 };
 
 void run_perplexity(const perplexity_options& o) {
   std::ifstream in(o.file, std::ios::binary);
   if (!in) fail("cannot read " + o.file);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto inst = open_instance({o.model, o.kv_type, o.ctx, o.threads, o.dev.gpu, o.dev.gpus, o.dev.ratios});
+  auto inst = open_instance({o.model, o.kv_type, o.ctx, o.threads, o.dev.gpu, o.dev.gpus, o.dev.ratios, o.dev.split});
   auto tok = tokenizer::from_gguf(inst->file());
   if (!tok) fail(tok.message());
   // As llama.cpp: the whole text is tokenized once, with BOS when the model adds one.

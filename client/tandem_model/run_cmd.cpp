@@ -26,7 +26,7 @@ struct run_options {
   uint32_t ctx = 4096;
   std::string kv_type = "f16";
   unsigned threads = 0;
-  open_args dev;  // --gpu, --gpus, --ratios
+  open_args dev;  // --gpu, --gpus, --ratios, --split
 };
 
 // The prompt's token ids: plain text (BOS when the model adds one) or a rendered chat turn.
@@ -55,7 +55,7 @@ std::vector<int32_t> prompt_ids(const run_options& o, const tokenizer& tok,
 }
 
 void run_generate(run_options o) {
-  auto inst = open_instance({o.model, o.kv_type, o.ctx, o.threads, o.dev.gpu, o.dev.gpus, o.dev.ratios});
+  auto inst = open_instance({o.model, o.kv_type, o.ctx, o.threads, o.dev.gpu, o.dev.gpus, o.dev.ratios, o.dev.split});
   auto tok = tokenizer::from_gguf(inst->file());
   if (!tok) fail(tok.message());
   auto ids = prompt_ids(o, *tok, o.gen.stop_tokens);

@@ -11,13 +11,34 @@
 
 namespace tandem {
 
-result<layer_split> plan_layer_split(const model_desc& desc, const std::string& gpus, const std::string& ratios,
-                                     const kv_cache_config& cache) {
+std::string gpu_split::describe() const {
+  std::string out = tensor ? "tensor kv" : "layer";
+  auto list = [&out](const auto& v, auto f) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      out += i ? ':' : ' ';
+      out += std::to_string(f(v[i]));
+    }
+  };
+  if (!tensor) {
+    list(layers, [](uint32_t n) { return n; });
+    return out;
+  }
+  list(kv_heads, [](const auto& r) { return r.second - r.first; });
+  out += " ffn";
+  list(ffn_columns, [](const auto& r) { return r.second - r.first; });
+  return out;
+}
+
+result<gpu_split> plan_gpu_split(const model_desc& desc, const std::string& gpus, const std::string& ratios,
+                                 const std::string& split, const kv_cache_config& cache) {
 #ifdef TANDEM_HAVE_CUDA_BACKEND
   auto reqs = parse_device_list(gpus);
   if (!reqs) return make_error("--gpus: ", reqs.message());
   plan_options po;
-  po.split = split_mode::layer;
+  auto mode = parse_split_mode(split.empty() ? "layer" : split);
+  if (!mode) return make_error("--split: ", mode.message());
+  if (*mode == split_mode::none) return make_error("--split none runs on one GPU: use --gpu N instead of --gpus");
+  po.split = *mode;
   po.n_ctx = cache.n_ctx;
   po.n_seqs = cache.n_seq_max;
   po.kv_type = cache.type;
@@ -27,7 +48,8 @@ result<layer_split> plan_layer_split(const model_desc& desc, const std::string& 
     if (!r) return make_error("--ratios: ", r.message());
     po.ratios = *r;
   }
-  layer_split out;
+  gpu_split out;
+  out.tensor = *mode == split_mode::tensor;
   for (const auto& rq : *reqs) {
     if (rq.cuda_id < 0) return make_error("--gpus: '", rq.text, "' is not a CUDA device id");
     auto mem = query_cuda_device_memory(rq.cuda_id);
@@ -42,26 +64,47 @@ result<layer_split> plan_layer_split(const model_desc& desc, const std::string& 
     for (const auto& r : plan->reasons) why += (why.empty() ? "" : "; ") + r;
     return make_error("the model does not fit these GPUs: ", why);
   }
-  for (const auto& sh : plan->shares) {
-    if (sh.layer_end == sh.layer_begin)
-      return make_error("the memory plan gives a device no layers; drop it from --gpus or change --ratios");
+  for (size_t d = 0; d < plan->shares.size(); ++d) {
+    const auto& sh = plan->shares[d];
+    if (!sh.used()) return make_error("the memory plan gives device ", out.devices[d],
+                                      " no part of the model; drop it from --gpus or change --ratios");
     out.layers.push_back(sh.layer_end - sh.layer_begin);
+    out.kv_heads.emplace_back(sh.kv_head_begin, sh.kv_head_end);
+    out.ffn_columns.emplace_back(sh.ffn_begin, sh.ffn_end);
+    if (sh.embeddings) out.lead = int(d);
   }
+  if (!out.tensor)
+    for (uint32_t n : out.layers)
+      if (n == 0) return make_error("the memory plan gives a device no layers; drop it from --gpus or change --ratios");
   return out;
 #else
-  (void)desc, (void)ratios, (void)cache;
+  (void)desc, (void)ratios, (void)split, (void)cache;
   return make_error("GPUs ", gpus, " requested, but this build has no CUDA backend");
 #endif
 }
 
+#ifdef TANDEM_HAVE_CUDA_BACKEND
+void fill_cuda_options(const gpu_split& s, cuda_backend_options& co) {
+  co.devices = s.devices;
+  co.layers_per_device.clear();
+  co.tensor_shares.clear();
+  if (!s.tensor) {
+    co.layers_per_device = s.layers;
+    return;
+  }
+  for (size_t d = 0; d < s.devices.size(); ++d)
+    co.tensor_shares.push_back({s.kv_heads[d].first, s.kv_heads[d].second, s.ffn_columns[d].first,
+                                s.ffn_columns[d].second, int(d) == s.lead});
+}
+#endif
+
 result<std::unique_ptr<backend>> make_backend(const model_desc& desc, const instance_options& opt) {
   if (!opt.gpus.empty()) {
-    auto split = plan_layer_split(desc, opt.gpus, opt.ratios, opt.cache);
+    auto split = plan_gpu_split(desc, opt.gpus, opt.ratios, opt.split, opt.cache);
     if (!split) return split.err();
 #ifdef TANDEM_HAVE_CUDA_BACKEND
     cuda_backend_options co;
-    co.devices = split->devices;
-    co.layers_per_device = split->layers;
+    fill_cuda_options(*split, co);
     auto be = make_cuda_backend(desc, co);
     if (!be) return be.err();
     return std::unique_ptr<backend>(std::move(be.value()));
@@ -75,7 +118,9 @@ result<std::unique_ptr<backend>> make_backend(const model_desc& desc, const inst
 #ifdef TANDEM_HAVE_CUDA_BACKEND
   int n = cuda_backend_device_count();
   if (opt.gpu >= n) return make_error("GPU ", opt.gpu, " requested, but ", n, " CUDA device(s) are usable");
-  auto be = make_cuda_backend(desc, {.device = opt.gpu});
+  cuda_backend_options co;
+  co.device = opt.gpu;
+  auto be = make_cuda_backend(desc, co);
   if (!be) return be.err();
   return std::unique_ptr<backend>(std::move(be.value()));
 #else

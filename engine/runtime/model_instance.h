@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -14,24 +15,36 @@ namespace tandem {
 
 struct instance_options {
   int gpu = -1;            // -1: the CPU reference backend; N: the CUDA backend on device N
-  // Several GPUs, e.g. "0,1" or "0=16GiB,1=32GiB" (CUDA ids, optional caps): the model split by
-  // layer ranges in that order, sized by the memory plan (engine/plan), which refuses a model
-  // that does not fit before any GPU memory is allocated. Overrides gpu when set.
+  // Several GPUs, e.g. "0,1" or "0=16GiB,1=32GiB" (CUDA ids, optional caps): the model split
+  // over them, sized by the memory plan (engine/plan), which refuses a model that does not fit
+  // before any GPU memory is allocated. Overrides gpu when set.
   std::string gpus;
-  std::string ratios;      // layers per device in these proportions ("1,1.75"); empty: the plan's
+  std::string ratios;      // shares per device in these proportions ("1,1.75"); empty: the plan's
+  std::string split;       // with gpus: "layer" (default; layer ranges) or "tensor" (every layer cut)
   unsigned n_threads = 0;  // CPU backend: 0 = all cores
   kv_cache_config cache;   // n_ctx 0: the model's training context
 };
 
-// A layer split over CUDA devices as the memory plan lays it out (gpus and ratios as in
-// instance_options, the cache it will hold): device ids and layers per device, or the plan's
-// reasons for refusing. An error in a build without the CUDA backend.
-struct layer_split {
+// A split over CUDA devices as the memory plan lays it out (gpus, ratios and split as in
+// instance_options, the cache it will hold), or the plan's reasons for refusing. An error in a
+// build without the CUDA backend.
+struct gpu_split {
+  bool tensor = false;
   std::vector<int> devices;
-  std::vector<uint32_t> layers;
+  std::vector<uint32_t> layers;  // layer split: layers per device, in device order
+  // Tensor split: each device's KV heads [begin, end) and FFN columns [begin, end); lead holds
+  // the embeddings and the output head.
+  std::vector<std::pair<uint32_t, uint32_t>> kv_heads;
+  std::vector<std::pair<uint64_t, uint64_t>> ffn_columns;
+  int lead = 0;
+  std::string describe() const;  // "layer 13:23", "tensor kv 3:5 ffn 4352:7936"
 };
-result<layer_split> plan_layer_split(const model_desc& desc, const std::string& gpus, const std::string& ratios,
-                                     const kv_cache_config& cache);
+struct cuda_backend_options;
+// The CUDA backend's options for such a split (CUDA builds; backend/cuda/cuda_backend.h).
+void fill_cuda_options(const gpu_split& split, cuda_backend_options& out);
+
+result<gpu_split> plan_gpu_split(const model_desc& desc, const std::string& gpus, const std::string& ratios,
+                                 const std::string& split, const kv_cache_config& cache);
 
 // The backend `opt` asks for (CPU, or CUDA device opt.gpu), holding desc's weights.
 result<std::unique_ptr<backend>> make_backend(const model_desc& desc, const instance_options& opt);

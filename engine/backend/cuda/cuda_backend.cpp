@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <map>
 
+#include "backend/cuda/cuda_collective.h"
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_graph_cache.h"
 #include "backend/cuda/cuda_stage.h"
@@ -80,8 +81,15 @@ struct batch_plan {
 class cuda_backend final : public cuda_stage {
  public:
   cuda_backend(const model_desc& desc, std::unique_ptr<cuda_context> ctx, const weight_range& range)
-      : desc_(desc), ctx_(std::move(ctx)), range_(range) {
+      : desc_(desc), ctx_(std::move(ctx)), range_(range), hp_(desc.hp) {
     range_.layer_end = std::min(range_.layer_end, desc_.hp.n_layer);
+    // A tensor split's device computes only its heads and FFN columns: hp_ counts those.
+    const uint32_t grp = desc.hp.n_head / desc.hp.n_head_kv;
+    const uint32_t kb = std::min(range_.kv_head_begin, desc.hp.n_head_kv);
+    hp_.n_head_kv = std::max(kb, std::min(range_.kv_head_end, desc.hp.n_head_kv)) - kb;
+    hp_.n_head = hp_.n_head_kv * grp;
+    const uint64_t fb = std::min<uint64_t>(range_.ffn_begin, desc.hp.n_ff);
+    hp_.n_ff = uint32_t(std::max(fb, std::min<uint64_t>(range_.ffn_end, desc.hp.n_ff)) - fb);
   }
   ~cuda_backend() override {
     if (done_) TANDEM_CUDA_LOG(cudaEventDestroy(done_));
@@ -94,12 +102,13 @@ class cuda_backend final : public cuda_stage {
     TANDEM_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     bytes_per_token_ = range_.head ? desc_.output->n_bytes : 0;
     int64_t largest = range_.head ? desc_.output->dims[0] * 256 : 0;
-    for (uint32_t il = range_.layer_begin; il < range_.layer_end; ++il)
-      for (const gguf_tensor* t : {desc_.layers[il].wq, desc_.layers[il].wk, desc_.layers[il].wv, desc_.layers[il].wo,
-                                   desc_.layers[il].ffn_gate, desc_.layers[il].ffn_up, desc_.layers[il].ffn_down}) {
-        bytes_per_token_ += t->n_bytes;
-        largest = std::max<int64_t>(largest, static_cast<int64_t>(t->n_elements));
+    for (uint32_t il = range_.layer_begin; il < range_.layer_end; ++il) {
+      const device_layer& L = w_.layers[il];
+      for (const device_matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) {
+        bytes_per_token_ += m->row_bytes * uint64_t(m->n_out);
+        largest = std::max<int64_t>(largest, m->n_in * m->n_out);
       }
+    }
     return weight_tile_.alloc(std::min(largest, k_weight_tile_elems) * sizeof(uint16_t));
   }
 
@@ -118,7 +127,7 @@ class cuda_backend final : public cuda_stage {
     if (c->type == ggml_type::q8_0 && desc_.hp.head_dim % 32 != 0)
       return make_error("KV cache type Q8_0 needs the head size (", desc_.hp.head_dim, ") to be a multiple of 32");
     TANDEM_TRY(ctx_->activate());
-    auto cache = std::make_unique<cuda_kv_cache>(*c, desc_.hp, this, range_.layer_begin, range_.layer_end);
+    auto cache = std::make_unique<cuda_kv_cache>(*c, hp_, this, range_.layer_begin, range_.layer_end);
     TANDEM_TRY(cache->init());
     return std::unique_ptr<kv_cache>(std::move(cache));
   }
@@ -140,6 +149,13 @@ class cuda_backend final : public cuda_stage {
 
  public:
   status run_stage(const batch& b, const kv_cache& book, kv_cache& part, const input& in, bool argmax) override;
+  status prepare_stage(const batch& b, const kv_cache& book) override {
+    TANDEM_TRY(ctx_->activate());
+    return prepare(b, book);
+  }
+  status launch_stage(kv_cache& part, bool argmax) override;
+  void set_collective(cuda_collective* comm, int lead_rank) override { comm_ = comm, lead_rank_ = lead_rank; }
+  cudaStream_t stream() const override { return ctx_->stream(); }
   const float* hidden() const override { return x_.get<float>(); }
   cudaEvent_t done() const override { return done_; }
   int device() const override { return ctx_->device(); }
@@ -153,6 +169,11 @@ class cuda_backend final : public cuda_stage {
   void make_plan(const batch& b, const kv_cache& cache);
   status ensure_scratch(int n_tok);
   status layer(uint32_t il, cuda_kv_cache& cache);
+  status attention_block(uint32_t il, cuda_kv_cache& cache);
+  status ffn_block(uint32_t il);
+  status clear_partial();
+  status reduce_partial();
+  bool adds_residual() const { return !comm_ || range_.embedding; }
   status attention(uint32_t il, cuda_kv_cache& cache);
   status attention_gemm(uint32_t il, cuda_kv_cache& cache, const token_run& r);
   status matmul(const device_matrix& w, const float* x, int n_tok, float* y);
@@ -179,7 +200,12 @@ class cuda_backend final : public cuda_stage {
   cuda_graph_cache graphs_;
   bool use_graphs_ = true;
   weight_range range_;
+  hparams hp_;  // the model's, with this device's share of heads and FFN columns
   cudaEvent_t done_ = nullptr;  // recorded after each step (layer split hand-over)
+  // Tensor split: sums the partial outputs of attention and FFN over the devices; the lead
+  // (range_.embedding) adds them to the residual stream and broadcasts the embeddings.
+  cuda_collective* comm_ = nullptr;
+  int lead_rank_ = 0;
 };
 
 status cuda_backend::run(const batch& b, kv_cache& cache_base, bool argmax) {
@@ -209,6 +235,13 @@ status cuda_backend::run_stage(const batch& b, const kv_cache& book, kv_cache& p
   TANDEM_TRY(launch_step(*part, argmax));
   TANDEM_CUDA_TRY(cudaEventRecord(done_, ctx_->stream()));
   return {};
+}
+
+status cuda_backend::launch_stage(kv_cache& part_base, bool argmax) {
+  auto* part = dynamic_cast<cuda_kv_cache*>(&part_base);
+  if (!part || part->owner() != this) return make_error("the KV cache part was not made by this CUDA stage");
+  TANDEM_TRY(ctx_->activate());
+  return launch_step(*part, argmax);
 }
 
 status cuda_backend::copy_out(std::vector<float>* logits, std::vector<int32_t>* ids) {
@@ -268,12 +301,13 @@ status cuda_backend::enqueue(cuda_kv_cache& cache, bool argmax) {
   const cudaStream_t s = ctx_->stream();
   TANDEM_CUDA_TRY(cudaMemcpyAsync(ints_.get(), ints_host_.get(), plan_.ints.size() * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, s));
-  const auto& hp = desc_.hp;
+  const auto& hp = hp_;
   const int T = plan_.n_tok;
   // Later stages of a layer split find x_ filled by the hand-over copy instead.
   if (range_.embedding)
     TANDEM_CUDA_TRY(launch_get_rows(w_.token_embd.type, w_.token_embd.data, w_.token_embd.row_bytes,
                                     dev_ints(plan_.off_tokens), T, hp.n_embd, x_.get<float>(), s));
+  if (comm_) TANDEM_TRY(comm_->broadcast(x_.get<float>(), size_t(T) * hp.n_embd, lead_rank_, s));
   for (uint32_t il = range_.layer_begin; il < range_.layer_end; ++il) TANDEM_TRY(layer(il, cache));
 
   // Only rows that want logits pay for the output head.
@@ -351,7 +385,7 @@ void cuda_backend::make_plan(const batch& b, const kv_cache& cache) {
 
 status cuda_backend::ensure_scratch(int n) {
   if (n <= scratch_tokens_) return {};
-  const auto& hp = desc_.hp;
+  const auto& hp = hp_;
   const size_t T = size_t(n), E = hp.n_embd, QD = size_t(hp.n_head) * hp.head_dim,
                KD = size_t(hp.n_head_kv) * hp.head_dim, F = hp.n_ff;
   const size_t f = sizeof(float);
@@ -419,8 +453,30 @@ status cuda_backend::matmul_fused(std::initializer_list<matmul_job> jobs, const 
   return {};
 }
 
+// One layer. In a tensor split each device computes its heads' and FFN columns' share of the
+// attention and FFN outputs; the sum over devices is what one GPU would add to x.
 status cuda_backend::layer(uint32_t il, cuda_kv_cache& cache) {
-  const auto& hp = desc_.hp;
+  TANDEM_TRY(hp_.n_head_kv > 0 ? attention_block(il, cache) : clear_partial());
+  TANDEM_TRY(reduce_partial());
+  TANDEM_TRY(hp_.n_ff > 0 ? ffn_block(il) : clear_partial());
+  return reduce_partial();
+}
+
+// A device that adds nothing to this half of the layer: the lead keeps x, the others contribute 0.
+status cuda_backend::clear_partial() {
+  if (adds_residual()) return {};
+  TANDEM_CUDA_TRY(cudaMemsetAsync(x_.get(), 0, size_t(plan_.n_tok) * hp_.n_embd * sizeof(float), ctx_->stream()));
+  return {};
+}
+
+// x (the lead's x + its share, the others' shares) becomes the sum over the devices.
+status cuda_backend::reduce_partial() {
+  if (!comm_) return {};
+  return comm_->all_reduce_sum(x_.get<float>(), size_t(plan_.n_tok) * hp_.n_embd, ctx_->stream());
+}
+
+status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
+  const auto& hp = hp_;
   const auto& L = w_.layers[il];
   const cudaStream_t s = ctx_->stream();
   const int T = plan_.n_tok, E = int(hp.n_embd), D = int(hp.head_dim);
@@ -445,20 +501,25 @@ status cuda_backend::layer(uint32_t il, cuda_kv_cache& cache) {
   TANDEM_CUDA_TRY(launch_store_kv(k, v, cache.k_layer(il), cache.v_layer(il), cache.config().type,
                                   dev_ints(plan_.off_slots), T, KD, s));
   TANDEM_TRY(attention(il, cache));
-  TANDEM_TRY(matmul_fused({{&L.wo, x}}, att_.get<float>(), T, true));  // x += wo·att
+  return matmul_fused({{&L.wo, x}}, att_.get<float>(), T, adds_residual());  // x += wo·att
+}
 
-  float *g = gate_.get<float>(), *u = up_.get<float>();
+status cuda_backend::ffn_block(uint32_t il) {
+  const auto& hp = hp_;
+  const auto& L = w_.layers[il];
+  const cudaStream_t s = ctx_->stream();
+  const int T = plan_.n_tok, E = int(hp.n_embd);
+  float *x = x_.get<float>(), *xn = xn_.get<float>(), *g = gate_.get<float>(), *u = up_.get<float>();
   TANDEM_CUDA_TRY(launch_rms_norm(x, L.ffn_norm, xn, T, E, hp.rms_eps, s));
   TANDEM_TRY(matmul_fused({{&L.gate, g}, {&L.up, u}}, xn, T, false));
   TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * hp.n_ff, s));
-  TANDEM_TRY(matmul_fused({{&L.down, x}}, g, T, true));  // x += down·swiglu
-  return {};
+  return matmul_fused({{&L.down, x}}, g, T, adds_residual());  // x += down·swiglu
 }
 
 status cuda_backend::attention(uint32_t il, cuda_kv_cache& cache) {
   for (const auto& r : plan_.runs) TANDEM_TRY(attention_gemm(il, cache, r));
   if (!plan_.any_paged) return {};
-  const auto& hp = desc_.hp;
+  const auto& hp = hp_;
   paged_attention_args a;
   a.q = q_.get<float>();
   a.k_cache = cache.k_layer(il);
@@ -485,7 +546,7 @@ status cuda_backend::attention(uint32_t il, cuda_kv_cache& cache) {
 }
 
 status cuda_backend::attention_gemm(uint32_t il, cuda_kv_cache& cache, const token_run& r) {
-  const auto& hp = desc_.hp;
+  const auto& hp = hp_;
   const cudaStream_t s = ctx_->stream();
   const int D = int(hp.head_dim), Hq = int(hp.n_head), Hkv = int(hp.n_head_kv), grp = Hq / Hkv;
   const int n_kv = r.pos0 + r.n, QD = Hq * D;
@@ -531,6 +592,43 @@ status cuda_backend::attention_gemm(uint32_t il, cuda_kv_cache& cache, const tok
   return {};
 }
 
+// Checks that the shares cut every KV head and FFN column exactly once, with one lead.
+status check_tensor_shares(const hparams& hp, const cuda_backend_options& opt) {
+  const auto& sh = opt.tensor_shares;
+  if (sh.size() != opt.devices.size())
+    return make_error("CUDA tensor split: ", opt.devices.size(), " devices but ", sh.size(), " shares");
+  if (std::count_if(sh.begin(), sh.end(), [](const cuda_tensor_share& s) { return s.lead; }) != 1)
+    return make_error("CUDA tensor split: exactly one device must be the lead (embeddings and head)");
+  uint64_t heads = 0, ffn = 0;
+  for (const auto& s : sh) {
+    if (s.kv_head_begin != heads || s.kv_head_end < s.kv_head_begin || s.ffn_begin != ffn || s.ffn_end < s.ffn_begin)
+      return make_error("CUDA tensor split: the shares must be consecutive ranges of KV heads and FFN columns");
+    heads = s.kv_head_end, ffn = s.ffn_end;
+  }
+  if (heads != hp.n_head_kv || ffn != hp.n_ff)
+    return make_error("CUDA tensor split: the shares cover ", heads, " of ", hp.n_head_kv, " KV heads and ", ffn,
+                      " of ", hp.n_ff, " FFN columns");
+  return {};
+}
+
+result<std::unique_ptr<cuda_backend_api>> make_tensor_split(const model_desc& desc, const cuda_backend_options& opt) {
+  TANDEM_TRY(check_tensor_shares(desc.hp, opt));
+  auto comms = make_cuda_collectives(opt.devices);
+  if (!comms) return comms.err();
+  std::vector<std::unique_ptr<cuda_stage>> stages;
+  int lead = 0;
+  for (size_t i = 0; i < opt.devices.size(); ++i) {
+    const auto& sh = opt.tensor_shares[i];
+    if (sh.lead) lead = int(i);
+    weight_range r{0, UINT32_MAX, sh.lead, sh.lead, sh.kv_head_begin, sh.kv_head_end, sh.ffn_begin, sh.ffn_end};
+    auto st = make_cuda_stage(desc, opt.devices[i], r, opt);
+    if (!st) return st.err();
+    stages.push_back(std::move(*st));
+  }
+  for (size_t i = 0; i < stages.size(); ++i) stages[i]->set_collective((*comms)[i].get(), lead);
+  return make_cuda_tensor_backend(desc, std::move(stages), std::move(*comms), lead);
+}
+
 }  // namespace
 
 result<std::unique_ptr<cuda_backend_api>> make_cuda_backend(const model_desc& desc, const cuda_backend_options& opt) {
@@ -541,6 +639,7 @@ result<std::unique_ptr<cuda_backend_api>> make_cuda_backend(const model_desc& de
     return make_error("CUDA backend: head size ", hp.head_dim, " is not supported (32, 64, 128 or 256)");
   if (hp.n_head % hp.n_head_kv != 0)
     return make_error("CUDA backend: ", hp.n_head, " query heads do not divide into ", hp.n_head_kv, " KV heads");
+  if (!opt.tensor_shares.empty()) return make_tensor_split(desc, opt);
   if (opt.devices.size() <= 1 && opt.layers_per_device.size() <= 1) {
     auto st = make_cuda_stage(desc, opt.devices.empty() ? opt.device : opt.devices[0], weight_range{}, opt);
     if (!st) return st.err();

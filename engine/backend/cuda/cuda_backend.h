@@ -11,6 +11,14 @@
 
 namespace tandem {
 
+// A device's share of a tensor split: its KV heads (with their query heads) and FFN columns,
+// half-open ranges; the lead also holds the embeddings and the output head.
+struct cuda_tensor_share {
+  uint32_t kv_head_begin = 0, kv_head_end = 0;
+  uint64_t ffn_begin = 0, ffn_end = 0;
+  bool lead = false;
+};
+
 struct cuda_backend_options {
   int device = 0;
   // Layer split over several GPUs: devices[i] holds the next layers_per_device[i] layers (the
@@ -19,6 +27,10 @@ struct cuda_backend_options {
   // A device may appear twice (each stage has its own context), which tests the split on one GPU.
   std::vector<int> devices;
   std::vector<uint32_t> layers_per_device;
+  // Tensor split instead (needs NCCL and distinct devices): devices[i] computes tensor_shares[i]
+  // of every layer; the partial attention and FFN outputs are summed over the devices with an
+  // all-reduce. The shares must cover every KV head and FFN column once.
+  std::vector<cuda_tensor_share> tensor_shares;
   size_t staging_bytes = 64ull << 20;  // each of the two pinned upload buffers
   // Replay decode steps as captured CUDA graphs (the environment variable TANDEM_CUDA_GRAPHS=0
   // turns them off too, for measuring what they save).

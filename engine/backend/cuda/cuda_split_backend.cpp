@@ -8,23 +8,6 @@
 namespace tandem {
 namespace {
 
-// A layer split's cache: the positions and slots all devices share (this object's own
-// bookkeeping) and one K/V part per device holding that device's layers.
-class cuda_split_cache final : public kv_cache {
- public:
-  cuda_split_cache(const kv_cache_config& cfg, const void* owner) : kv_cache(cfg), owner_(owner) {}
-  uint64_t bytes() const override {
-    uint64_t n = 0;
-    for (const auto& p : parts) n += p->bytes();
-    return n;
-  }
-  const void* owner() const { return owner_; }
-  std::vector<std::unique_ptr<kv_cache>> parts;
-
- private:
-  const void* owner_;
-};
-
 // One model over several GPUs by layer ranges: each stage holds its layers and their K/V;
 // a forward pass runs them in order, each device taking the previous one's activations
 // (peer-to-peer where the devices allow it, else the driver stages through host memory).
@@ -58,7 +41,7 @@ class cuda_split_backend final : public cuda_backend_api {
   result<std::unique_ptr<kv_cache>> make_cache(const kv_cache_config& cfg) override {
     auto c = normalize_kv_config(cfg);
     if (!c) return c.err();
-    auto cache = std::make_unique<cuda_split_cache>(*c, this);
+    auto cache = std::make_unique<cuda_stage_cache>(*c, this);
     for (const auto& st : stages_) {
       auto part = st->make_cache(*c);
       if (!part) return part.err();
@@ -78,7 +61,7 @@ class cuda_split_backend final : public cuda_backend_api {
 
  private:
   status run(const batch& b, kv_cache& cache_base, bool argmax) {
-    auto* cache = dynamic_cast<cuda_split_cache*>(&cache_base);
+    auto* cache = dynamic_cast<cuda_stage_cache*>(&cache_base);
     if (!cache || cache->owner() != this) return make_error("the KV cache was not made by this CUDA backend");
     if (b.size() > static_cast<size_t>(k_cuda_max_batch))
       return make_error("batch of ", b.size(), " tokens exceeds the CUDA backend's limit of ", k_cuda_max_batch);

@@ -36,6 +36,26 @@ class stager {
     return {};
   }
 
+  // n_rows pieces of len bytes, src_pitch apart on the host, packed back to back at dst (a
+  // column cut of a matrix); whole rows per transfer.
+  status copy_strided(uint8_t* dst, const uint8_t* src, uint64_t n_rows, uint64_t src_pitch, uint64_t len) {
+    if (len > bytes_) {
+      for (uint64_t r = 0; r < n_rows; ++r) TANDEM_TRY(copy(dst + r * len, src + r * src_pitch, len));
+      return {};
+    }
+    const uint64_t per = bytes_ / len;
+    for (uint64_t r0 = 0; r0 < n_rows; r0 += per) {
+      const uint64_t n = std::min(per, n_rows - r0);
+      TANDEM_CUDA_TRY(cudaEventSynchronize(done_[next_]));
+      auto* buf = buf_[next_].get<uint8_t>();
+      for (uint64_t r = 0; r < n; ++r) std::memcpy(buf + r * len, src + (r0 + r) * src_pitch, len);
+      TANDEM_CUDA_TRY(cudaMemcpyAsync(dst + r0 * len, buf, n * len, cudaMemcpyHostToDevice, ctx_.stream()));
+      TANDEM_CUDA_TRY(cudaEventRecord(done_[next_], ctx_.stream()));
+      next_ ^= 1;
+    }
+    return {};
+  }
+
   status copy(uint8_t* dst, const uint8_t* src, uint64_t n) {
     while (n > 0) {
       const uint64_t piece = n < bytes_ ? n : bytes_;
@@ -67,26 +87,81 @@ status check_matrix(const gguf_tensor* t) {
   return {};
 }
 
-device_matrix matrix_at(const gguf_tensor& t, const uint8_t* base, uint64_t offset) {
+// The part of a matrix a device holds: all of it, rows [begin, end) (outputs) or columns
+// [begin, end) of every row (inputs), as the tensor split cuts them.
+enum class cut_kind { whole, rows, columns };
+struct matrix_cut {
+  cut_kind kind = cut_kind::whole;
+  uint64_t begin = 0, end = 0;
+  uint64_t offset = 0;  // in the device allocation
+};
+
+uint64_t n_rows_of(const gguf_tensor& t) { return t.n_elements / t.dims[0]; }
+
+status check_cut(const gguf_tensor& t, const matrix_cut& c) {
+  const uint64_t limit = c.kind == cut_kind::rows ? n_rows_of(t) : t.dims[0];
+  if (c.kind != cut_kind::whole && (c.begin >= c.end || c.end > limit))
+    return make_error("CUDA backend: tensor ", t.name, " cannot be cut at ", c.begin, "..", c.end);
+  if (c.kind == cut_kind::columns) {
+    const uint64_t block = type_info(t.type).block_size;
+    const uint64_t n = c.end - c.begin;
+    if (c.begin % block || n % block || n % 32 || !row_bytes(t.type, n))
+      return make_error("CUDA backend: tensor ", t.name, " (", type_name(t.type), ") cannot be cut at columns ",
+                        c.begin, "..", c.end, ": not whole blocks of ", std::max<uint64_t>(block, 32));
+  }
+  return {};
+}
+
+uint64_t cut_bytes(const gguf_tensor& t, const matrix_cut& c) {
+  const uint64_t rb = row_bytes(t.type, t.dims[0]).value_or(0);
+  switch (c.kind) {
+    case cut_kind::rows: return (c.end - c.begin) * rb;
+    case cut_kind::columns: return n_rows_of(t) * row_bytes(t.type, c.end - c.begin).value_or(0);
+    case cut_kind::whole: break;
+  }
+  return t.n_bytes;
+}
+
+status upload_cut(stager& st, const gguf_tensor& t, const matrix_cut& c, uint8_t* base) {
+  const uint64_t rb = row_bytes(t.type, t.dims[0]).value_or(0);
+  switch (c.kind) {
+    case cut_kind::rows: return st.copy(base + c.offset, t.data + c.begin * rb, (c.end - c.begin) * rb);
+    case cut_kind::columns: {
+      const uint64_t skip = row_bytes(t.type, c.begin).value_or(0);
+      return st.copy_strided(base + c.offset, t.data + skip, n_rows_of(t), rb,
+                             row_bytes(t.type, c.end - c.begin).value_or(0));
+    }
+    case cut_kind::whole: break;
+  }
+  return st.copy(base + c.offset, t.data, t.n_bytes);
+}
+
+device_matrix matrix_at(const gguf_tensor& t, const uint8_t* base, const matrix_cut& c) {
   device_matrix m;
   m.type = t.type;
-  m.data = base + offset;
+  m.data = base + c.offset;
   m.n_in = static_cast<int64_t>(t.dims[0]);
-  m.n_out = static_cast<int64_t>(t.n_elements / t.dims[0]);
-  m.row_bytes = row_bytes(t.type, t.dims[0]).value_or(0);
+  m.n_out = static_cast<int64_t>(n_rows_of(t));
+  if (c.kind == cut_kind::rows) m.n_out = static_cast<int64_t>(c.end - c.begin);
+  if (c.kind == cut_kind::columns) m.n_in = static_cast<int64_t>(c.end - c.begin);
+  m.row_bytes = row_bytes(t.type, uint64_t(m.n_in)).value_or(0);
   return m;
 }
 
-// Float copies of the small tensors, packed with 256-byte alignment; returns each one's offset.
+// Float copies of the small tensors (or elements [begin, end) of one: a tensor split's share of
+// a bias), packed with 256-byte alignment; returns each one's offset.
 struct vector_pack {
   std::vector<float> data;
   std::map<const gguf_tensor*, uint64_t> offsets;  // in floats
 
-  void add(const gguf_tensor* t) {
+  void add(const gguf_tensor* t, uint64_t begin = 0, uint64_t end = UINT64_MAX) {
     if (!t || offsets.count(t)) return;
+    end = std::min<uint64_t>(end, t->n_elements);
+    std::vector<float> all(t->n_elements);
+    dequantize_row(t->type, t->data, all.data(), static_cast<int64_t>(t->n_elements));
     const uint64_t off = align_up(data.size(), k_align / sizeof(float));
-    data.resize(off + t->n_elements);
-    dequantize_row(t->type, t->data, data.data() + off, static_cast<int64_t>(t->n_elements));
+    data.resize(off + (end - begin));
+    std::copy(all.begin() + int64_t(begin), all.begin() + int64_t(end), data.begin() + int64_t(off));
     offsets[t] = off;
   }
   const float* at(const gguf_tensor* t, const float* base) const {
@@ -96,78 +171,129 @@ struct vector_pack {
 
 }  // namespace
 
+namespace {
+
+// Every matrix this device holds with its cut, in upload order.
+struct cut_list {
+  std::vector<std::pair<const gguf_tensor*, matrix_cut>> items;
+  std::map<const gguf_tensor*, size_t> index;
+  uint64_t total = 0;
+
+  status add(const gguf_tensor* t, cut_kind kind = cut_kind::whole, uint64_t begin = 0, uint64_t end = 0) {
+    TANDEM_TRY(check_matrix(t));
+    if (index.count(t)) return {};  // the tied output head shares token_embd's copy
+    matrix_cut c{kind, begin, end, total};
+    TANDEM_TRY(check_cut(*t, c));
+    index[t] = items.size();
+    items.emplace_back(t, c);
+    total = align_up(total + cut_bytes(*t, c), k_align);
+    return {};
+  }
+  device_matrix at(const gguf_tensor* t, const uint8_t* base) const {
+    if (!index.count(t)) return {};
+    return matrix_at(*t, base, items[index.at(t)].second);
+  }
+};
+
+// The heads and FFN columns of `range`, clipped to the model.
+struct layer_cut {
+  uint64_t q0, q1, k0, k1, f0, f1;
+  bool all_heads, all_ffn;
+};
+layer_cut cut_of(const hparams& hp, const weight_range& r) {
+  const uint64_t D = hp.head_dim, grp = hp.n_head / hp.n_head_kv;
+  const uint64_t kb = std::min<uint64_t>(r.kv_head_begin, hp.n_head_kv), ke = std::min<uint64_t>(r.kv_head_end, hp.n_head_kv);
+  const uint64_t fb = std::min<uint64_t>(r.ffn_begin, hp.n_ff), fe = std::min<uint64_t>(r.ffn_end, hp.n_ff);
+  return {kb * grp * D, std::max(kb, ke) * grp * D, kb * D, std::max(kb, ke) * D, fb, std::max(fb, fe),
+          kb == 0 && ke == hp.n_head_kv, fb == 0 && fe == hp.n_ff};
+}
+
+status add_layer(const layer_weights& l, const layer_cut& c, cut_list& m, vector_pack& v) {
+  v.add(l.attn_norm);
+  v.add(l.ffn_norm);
+  if (c.q1 > c.q0) {
+    const auto rows = c.all_heads ? cut_kind::whole : cut_kind::rows;
+    TANDEM_TRY(m.add(l.wq, rows, c.q0, c.q1));
+    TANDEM_TRY(m.add(l.wk, rows, c.k0, c.k1));
+    TANDEM_TRY(m.add(l.wv, rows, c.k0, c.k1));
+    TANDEM_TRY(m.add(l.wo, c.all_heads ? cut_kind::whole : cut_kind::columns, c.q0, c.q1));
+    v.add(l.q_norm);
+    v.add(l.k_norm);
+    v.add(l.bq, c.q0, c.q1);
+    v.add(l.bk, c.k0, c.k1);
+    v.add(l.bv, c.k0, c.k1);
+  }
+  if (c.f1 > c.f0) {
+    const auto rows = c.all_ffn ? cut_kind::whole : cut_kind::rows;
+    TANDEM_TRY(m.add(l.ffn_gate, rows, c.f0, c.f1));
+    TANDEM_TRY(m.add(l.ffn_up, rows, c.f0, c.f1));
+    TANDEM_TRY(m.add(l.ffn_down, c.all_ffn ? cut_kind::whole : cut_kind::columns, c.f0, c.f1));
+  }
+  return {};
+}
+
+}  // namespace
+
 status upload_weights(const model_desc& desc, const cuda_context& ctx, size_t staging_bytes,
                       const weight_range& range, device_weights& w, cuda_load_stats& stats) {
   const auto t0 = std::chrono::steady_clock::now();
   const uint32_t lb = range.layer_begin, le = std::min<uint32_t>(range.layer_end, uint32_t(desc.layers.size()));
   if (lb > le) return make_error("CUDA backend: empty layer range ", lb, "..", le);
-  // Matrices (the tied output head shares token_embd's copy).
-  std::vector<const gguf_tensor*> mats;
-  if (range.embedding) mats.push_back(desc.token_embd);
-  if (range.head) mats.push_back(desc.output);
-  for (uint32_t il = lb; il < le; ++il) {
-    const auto& l = desc.layers[il];
-    for (const gguf_tensor* t : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) mats.push_back(t);
-  }
-  std::map<const gguf_tensor*, uint64_t> offsets;
-  uint64_t total = 0;
-  for (const gguf_tensor* t : mats) {
-    TANDEM_TRY(check_matrix(t));
-    if (offsets.count(t)) continue;
-    offsets[t] = total;
-    total = align_up(total + t->n_bytes, k_align);
-  }
-  for (const gguf_tensor* t : {desc.output_norm})
-    if (!t) return make_error("CUDA backend: output_norm is missing");
-
+  if (!desc.output_norm) return make_error("CUDA backend: output_norm is missing");
+  const layer_cut lc = cut_of(desc.hp, range);
+  cut_list mats;
   vector_pack vecs;
-  if (range.head) vecs.add(desc.output_norm);
-  for (uint32_t il = lb; il < le; ++il) {
-    const auto& l = desc.layers[il];
-    for (const gguf_tensor* t : {l.attn_norm, l.ffn_norm, l.q_norm, l.k_norm, l.bq, l.bk, l.bv}) vecs.add(t);
+  if (range.embedding) TANDEM_TRY(mats.add(desc.token_embd));
+  if (range.head) {
+    TANDEM_TRY(mats.add(desc.output));
+    vecs.add(desc.output_norm);
   }
+  for (uint32_t il = lb; il < le; ++il) TANDEM_TRY(add_layer(desc.layers[il], lc, mats, vecs));
 
-  TANDEM_TRY(w.matrices.alloc(total));
+  TANDEM_TRY(w.matrices.alloc(mats.total));
   TANDEM_TRY(w.vectors.alloc(vecs.data.size() * sizeof(float)));
   auto* base = w.matrices.get<uint8_t>();
+  uint64_t copied = 0;
   {
     stager st(ctx, staging_bytes);
     TANDEM_TRY(st.init());
-    for (const auto& [t, off] : offsets) TANDEM_TRY(st.copy(base + off, t->data, t->n_bytes));
+    for (const auto& [t, c] : mats.items) {
+      TANDEM_TRY(upload_cut(st, *t, c, base));
+      copied += cut_bytes(*t, c);
+    }
     TANDEM_CUDA_TRY(cudaMemcpyAsync(w.vectors.get(), vecs.data.data(), vecs.data.size() * sizeof(float),
                                     cudaMemcpyHostToDevice, ctx.stream()));
     TANDEM_CUDA_TRY(cudaStreamSynchronize(ctx.stream()));
   }
 
   const auto* vbase = w.vectors.get<float>();
-  if (range.embedding) w.token_embd = matrix_at(*desc.token_embd, base, offsets.at(desc.token_embd));
+  const auto vec = [&](const gguf_tensor* t) { return t && vecs.offsets.count(t) ? vecs.at(t, vbase) : nullptr; };
+  if (range.embedding) w.token_embd = mats.at(desc.token_embd, base);
   if (range.head) {
-    w.output = matrix_at(*desc.output, base, offsets.at(desc.output));
-    w.output_norm = vecs.at(desc.output_norm, vbase);
+    w.output = mats.at(desc.output, base);
+    w.output_norm = vec(desc.output_norm);
   }
   w.layers.assign(desc.layers.size(), device_layer{});
   for (uint32_t il = lb; il < le; ++il) {
     const auto& l = desc.layers[il];
     device_layer& d = w.layers[il];
-    d.attn_norm = vecs.at(l.attn_norm, vbase);
-    d.ffn_norm = vecs.at(l.ffn_norm, vbase);
-    d.q_norm = vecs.at(l.q_norm, vbase);
-    d.k_norm = vecs.at(l.k_norm, vbase);
-    d.bq = vecs.at(l.bq, vbase);
-    d.bk = vecs.at(l.bk, vbase);
-    d.bv = vecs.at(l.bv, vbase);
-    d.wq = matrix_at(*l.wq, base, offsets.at(l.wq));
-    d.wk = matrix_at(*l.wk, base, offsets.at(l.wk));
-    d.wv = matrix_at(*l.wv, base, offsets.at(l.wv));
-    d.wo = matrix_at(*l.wo, base, offsets.at(l.wo));
-    d.gate = matrix_at(*l.ffn_gate, base, offsets.at(l.ffn_gate));
-    d.up = matrix_at(*l.ffn_up, base, offsets.at(l.ffn_up));
-    d.down = matrix_at(*l.ffn_down, base, offsets.at(l.ffn_down));
+    d.attn_norm = vec(l.attn_norm);
+    d.ffn_norm = vec(l.ffn_norm);
+    d.q_norm = vec(l.q_norm);
+    d.k_norm = vec(l.k_norm);
+    d.bq = vec(l.bq);
+    d.bk = vec(l.bk);
+    d.bv = vec(l.bv);
+    d.wq = mats.at(l.wq, base);
+    d.wk = mats.at(l.wk, base);
+    d.wv = mats.at(l.wv, base);
+    d.wo = mats.at(l.wo, base);
+    d.gate = mats.at(l.ffn_gate, base);
+    d.up = mats.at(l.ffn_up, base);
+    d.down = mats.at(l.ffn_down, base);
   }
-  uint64_t copied = 0;
-  for (const auto& [t, off] : offsets) copied += t->n_bytes;
   stats.bytes = copied + vecs.data.size() * sizeof(float);
-  stats.device_bytes = total + vecs.data.size() * sizeof(float);
+  stats.device_bytes = mats.total + vecs.data.size() * sizeof(float);
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats.device_name = ctx.description();
   return {};

@@ -40,10 +40,15 @@ struct device_weights {
 };
 
 // Which part of the model a device holds: a layer range, plus the token embedding (the first
-// stage) and the output norm and head (the last). Layers outside the range stay empty.
+// stage) and the output norm and head (the last). Layers outside the range stay empty. A tensor
+// split also cuts every layer: KV heads [kv_head_begin, kv_head_end) with their query heads
+// (rows of Q/K/V, inputs of the output projection) and FFN columns [ffn_begin, ffn_end) (rows
+// of gate/up, inputs of down); the defaults keep all of them.
 struct weight_range {
   uint32_t layer_begin = 0, layer_end = UINT32_MAX;
   bool embedding = true, head = true;
+  uint32_t kv_head_begin = 0, kv_head_end = UINT32_MAX;
+  uint64_t ffn_begin = 0, ffn_end = UINT64_MAX;
 };
 
 // Checks every tensor type against what the kernels compute with, then uploads `range`.
