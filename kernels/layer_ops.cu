@@ -8,6 +8,9 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "kernels/matvec.h"
+#include "kernels/matvec_x.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/quant_blocks.cuh"
 
 namespace tandem {
@@ -44,6 +47,39 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
   ss = block_sum(ss, shared);
   const float inv = 1.f / sqrtf(ss / static_cast<float>(n) + eps);
   for (int i = threadIdx.x; i < n; i += blockDim.x) orow[i] = xr[i] * inv * w[i];
+}
+
+// rms_norm_kernel that also quantizes its output for the mat-vec: a warp's 32 consecutive
+// outputs are one int8 block (n % 32 == 0, blockDim a multiple of 32).
+__global__ void rms_norm_q8_kernel(const float* x, const float* __restrict__ w, float* out, int n, float eps,
+                                   int8_t* qx, float2* ds) {
+  __shared__ float shared[32];
+  pdl_wait();
+  pdl_trigger();
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+  ss = block_sum(ss, shared);
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(n) + eps);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = xr[i] * inv * w[i];
+    out[row + i] = v;
+    quantize_x_warp(v, qx + row + (i & ~31), ds + (row + i) / 32);
+  }
+}
+
+__global__ void swiglu_q8_kernel(const float* gate, const float* up, float* out, int64_t n, int8_t* qx,
+                                 float2* ds) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float g = gate[i];
+    const float v = g / (1.f + expf(-g)) * up[i];
+    out[i] = v;
+    quantize_x_warp(v, qx + (i & ~int64_t(31)), ds + i / 32);
+  }
 }
 
 // One thread per (token, rotation pair); it rotates that pair in every head.
@@ -182,6 +218,25 @@ cudaError_t launch_rms_norm(const float* x, const float* w, float* out, int64_t 
   const int threads = n >= 1024 ? 256 : (n >= 256 ? 128 : 32);
   rms_norm_kernel<<<static_cast<unsigned>(n_rows), threads, 0, stream>>>(x, w, out, n, eps);
   return cudaGetLastError();
+}
+
+cudaError_t launch_rms_norm_q8(const float* x, const float* w, float* out, int n_rows, int n, float eps,
+                               void* matvec_work, cudaStream_t stream) {
+  if (n_rows <= 0 || n_rows > k_matvec_max_tokens || n <= 0 || n % 32 != 0 || matvec_work == nullptr)
+    return cudaErrorInvalidValue;
+  const int threads = n >= 1024 ? 256 : (n >= 256 ? 128 : 32);
+  const matvec_qx q = matvec_x_parts(matvec_work, n, n_rows);
+  return launch_pdl(rms_norm_q8_kernel, dim3(static_cast<unsigned>(n_rows)), dim3(threads), stream, x, w, out, n, eps,
+                    q.q, q.ds);
+}
+
+cudaError_t launch_swiglu_q8(const float* gate, const float* up, float* out, int n_rows, int n, void* matvec_work,
+                             cudaStream_t stream) {
+  if (n_rows <= 0 || n_rows > k_matvec_max_tokens || n <= 0 || n % 32 != 0 || matvec_work == nullptr)
+    return cudaErrorInvalidValue;
+  const int64_t total = int64_t{n_rows} * n;
+  const matvec_qx q = matvec_x_parts(matvec_work, n, n_rows);
+  return launch_pdl(swiglu_q8_kernel, dim3(grid_for(total)), dim3(k_threads), stream, gate, up, out, total, q.q, q.ds);
 }
 
 cudaError_t launch_rope(float* x, const int32_t* pos, int n_tok, int n_heads, int head_dim, int rope_dim,

@@ -67,6 +67,59 @@ TEST(layer_ops, rms_norm_rope_swiglu) {
   for (int i = 0; i < T * n; ++i) ASSERT_NEAR(got[i], sref[i], 1e-5f * std::fabs(sref[i]) + 1e-7f);
 }
 
+// The fused decode step (per-head RMSNorm, RoPE, K/V store) against the CPU's rms_norm and rope
+// (1e-5, as the separate kernels) and, for the stored rows, the CPU's own conversion of the
+// values the kernel produced: f16 / f32 / q8_0 bytes must match exactly.
+TEST(layer_ops, qk_rope_store_matches_cpu) {
+  REQUIRE_GPU();
+  for (ggml_type ct : {ggml_type::f16, ggml_type::f32, ggml_type::q8_0})
+    for (int D : {64, 128})
+      for (bool norm : {false, true}) {
+        const int T = 3, Hq = 4, Hkv = 2, rope_dim = D == 64 ? 48 : D, n_slots = 11;
+        const bool neox = norm;  // both styles, each with and without the norm
+        const auto q = randoms(size_t(T) * Hq * D, 61), k = randoms(size_t(T) * Hkv * D, 62),
+                   v = randoms(size_t(T) * Hkv * D, 63);
+        const auto qn = randoms(D, 64, 0.5f, 1.5f), kn = randoms(D, 65, 0.5f, 1.5f);
+        const std::vector<int32_t> pos = {5, 900, 70000}, slots = {7, 0, 10};
+        const uint64_t rb = ct == ggml_type::q8_0 ? uint64_t(Hkv) * D / 32 * 34 : uint64_t(Hkv) * D * (ct == ggml_type::f16 ? 2 : 4);
+        dev<float> dq(q), dk(k), dv(v), dqn(qn), dkn(kn);
+        dev<int32_t> dpos(pos), dslots(slots);
+        dev<uint8_t> kc(rb * n_slots), vc(rb * n_slots);
+        qk_rope_store_args a;
+        a.q = dq.p, a.k = dk.p, a.v = dv.p, a.q_norm = norm ? dqn.p : nullptr, a.k_norm = norm ? dkn.p : nullptr;
+        a.eps = 1e-6f, a.pos = dpos.p, a.n_tok = T, a.n_head = Hq, a.n_head_kv = Hkv, a.head_dim = D;
+        a.rope_dim = rope_dim, a.theta = 1e6f, a.neox = neox;
+        a.k_cache = kc.p, a.v_cache = vc.p, a.cache_type = ct, a.slots = dslots.p;
+        ASSERT_EQ(launch_qk_rope_store(a, nullptr), cudaSuccess);
+        const auto gq = dq.host(), gk = dk.host();
+        const auto gkc = kc.host(), gvc = vc.host();
+        const std::string what = std::string(type_name(ct)) + " D " + std::to_string(D) + " norm " + std::to_string(norm);
+        for (int t = 0; t < T; ++t) {
+          for (int which = 0; which < 2; ++which) {
+            const int H = which == 0 ? Hq : Hkv;
+            const auto& src = which == 0 ? q : k;
+            const auto& got = which == 0 ? gq : gk;
+            std::vector<float> r(src.begin() + size_t(t) * H * D, src.begin() + size_t(t + 1) * H * D);
+            if (norm)
+              for (int h = 0; h < H; ++h)
+                rms_norm(r.data() + h * D, (which == 0 ? qn : kn).data(), r.data() + h * D, D, 1e-6f);
+            rope(r.data(), H, D, rope_dim, pos[t], 1e6f, neox ? rope_style::neox : rope_style::normal);
+            for (int i = 0; i < H * D; ++i)
+              ASSERT_NEAR(got[size_t(t) * H * D + i], r[i], 1e-5f * std::fabs(r[i]) + 1e-5f) << what << " t " << t;
+          }
+          // The cache rows: the CPU's conversion of the kernel's k and of v.
+          std::vector<uint8_t> want(rb);
+          for (int which = 0; which < 2; ++which) {
+            const float* row = (which == 0 ? gk.data() : v.data()) + size_t(t) * Hkv * D;
+            quantize_row(ct, row, want.data(), int64_t(Hkv) * D);
+            const auto& cache = which == 0 ? gkc : gvc;
+            for (uint64_t b = 0; b < rb; ++b)
+              ASSERT_EQ(cache[slots[t] * rb + b], want[b]) << what << (which ? " v" : " k") << " t " << t << " byte " << b;
+          }
+        }
+      }
+}
+
 // Embedding rows decode exactly as the CPU's dequantize_row (same float operations: 1e-6).
 TEST(layer_ops, get_rows_and_argmax) {
   REQUIRE_GPU();

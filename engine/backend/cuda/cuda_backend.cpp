@@ -161,6 +161,8 @@ class cuda_backend final : public cuda_stage {
     float* y;
   };
   status matmul_fused(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add);
+  bool matvec_ready(std::initializer_list<const device_matrix*> ws, int n_tok) const;
+  status matvec_quantized(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add);
   const int32_t* dev_ints(size_t off) const { return ints_.get<int32_t>() + off; }
 
   model_desc desc_;
@@ -419,6 +421,25 @@ status cuda_backend::matmul_fused(std::initializer_list<matmul_job> jobs, const 
   return {};
 }
 
+// Decode-sized steps whose matrices all take the mat-vec: their x comes quantized from the kernel
+// that produces it (RMSNorm, SwiGLU) and matrices of different types share that one copy.
+bool cuda_backend::matvec_ready(std::initializer_list<const device_matrix*> ws, int n_tok) const {
+  if (n_tok > k_matvec_max_tokens) return false;
+  for (const device_matrix* w : ws)
+    if (!gpu_can_matvec(w->type) || w->n_in % 32 != 0 || w->n_in != (*ws.begin())->n_in) return false;
+  return true;
+}
+
+// y = W·x (or y += W·x) for each job from the int8 copy of x already in matvec_work_.
+status cuda_backend::matvec_quantized(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add) {
+  matvec_job js[k_matvec_max_outputs];
+  int n = 0;
+  for (const auto& j : jobs) js[n++] = {j.w->type, j.w->data, j.w->n_out, j.y};
+  TANDEM_CUDA_TRY(launch_matvec_jobs(jobs.begin()->w->n_in, js, n, x, true, n_tok, add, matvec_work_.get(),
+                                     ctx_->stream()));
+  return {};
+}
+
 status cuda_backend::layer(uint32_t il, cuda_kv_cache& cache) {
   const auto& hp = desc_.hp;
   const auto& L = w_.layers[il];
@@ -427,27 +448,51 @@ status cuda_backend::layer(uint32_t il, cuda_kv_cache& cache) {
   const int QD = int(hp.n_head) * D, KD = int(hp.n_head_kv) * D;
   float *x = x_.get<float>(), *xn = xn_.get<float>(), *q = q_.get<float>(), *k = k_.get<float>(),
         *v = v_.get<float>();
-  TANDEM_CUDA_TRY(launch_rms_norm(x, L.attn_norm, xn, T, E, hp.rms_eps, s));
-  TANDEM_TRY(matmul_fused({{&L.wq, q}, {&L.wk, k}, {&L.wv, v}}, xn, T, false));
+  void* work = matvec_work_.get();
+  if (matvec_ready({&L.wq, &L.wk, &L.wv}, T)) {
+    TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp.rms_eps, work, s));
+    TANDEM_TRY(matvec_quantized({{&L.wq, q}, {&L.wk, k}, {&L.wv, v}}, xn, T, false));
+  } else {
+    TANDEM_CUDA_TRY(launch_rms_norm(x, L.attn_norm, xn, T, E, hp.rms_eps, s));
+    TANDEM_TRY(matmul_fused({{&L.wq, q}, {&L.wk, k}, {&L.wv, v}}, xn, T, false));
+  }
   if (L.bq) {
     TANDEM_CUDA_TRY(launch_add_bias(q, L.bq, T, QD, s));
     TANDEM_CUDA_TRY(launch_add_bias(k, L.bk, T, KD, s));
     TANDEM_CUDA_TRY(launch_add_bias(v, L.bv, T, KD, s));
   }
-  if (L.q_norm) {
-    TANDEM_CUDA_TRY(launch_rms_norm(q, L.q_norm, q, int64_t(T) * hp.n_head, D, hp.rms_eps, s));
-    TANDEM_CUDA_TRY(launch_rms_norm(k, L.k_norm, k, int64_t(T) * hp.n_head_kv, D, hp.rms_eps, s));
-  }
   const bool neox = desc_.arch->flags.rope == rope_style::neox;
   const int32_t* pos = dev_ints(plan_.off_pos);
-  TANDEM_CUDA_TRY(launch_rope(q, pos, T, int(hp.n_head), D, int(hp.rope_dim), hp.rope_theta, neox, s));
-  TANDEM_CUDA_TRY(launch_rope(k, pos, T, int(hp.n_head_kv), D, int(hp.rope_dim), hp.rope_theta, neox, s));
-  TANDEM_CUDA_TRY(launch_store_kv(k, v, cache.k_layer(il), cache.v_layer(il), cache.config().type,
-                                  dev_ints(plan_.off_slots), T, KD, s));
+  if (T <= k_matvec_max_tokens) {  // decode: norms, RoPE and the KV store as one launch
+    qk_rope_store_args a;
+    a.q = q, a.k = k, a.v = v;
+    a.q_norm = L.q_norm, a.k_norm = L.q_norm ? L.k_norm : nullptr, a.eps = hp.rms_eps;
+    a.pos = pos, a.n_tok = T, a.n_head = int(hp.n_head), a.n_head_kv = int(hp.n_head_kv), a.head_dim = D;
+    a.rope_dim = int(hp.rope_dim), a.theta = hp.rope_theta, a.neox = neox;
+    a.k_cache = cache.k_layer(il), a.v_cache = cache.v_layer(il), a.cache_type = cache.config().type;
+    a.slots = dev_ints(plan_.off_slots);
+    TANDEM_CUDA_TRY(launch_qk_rope_store(a, s));
+  } else {
+    if (L.q_norm) {
+      TANDEM_CUDA_TRY(launch_rms_norm(q, L.q_norm, q, int64_t(T) * hp.n_head, D, hp.rms_eps, s));
+      TANDEM_CUDA_TRY(launch_rms_norm(k, L.k_norm, k, int64_t(T) * hp.n_head_kv, D, hp.rms_eps, s));
+    }
+    TANDEM_CUDA_TRY(launch_rope(q, pos, T, int(hp.n_head), D, int(hp.rope_dim), hp.rope_theta, neox, s));
+    TANDEM_CUDA_TRY(launch_rope(k, pos, T, int(hp.n_head_kv), D, int(hp.rope_dim), hp.rope_theta, neox, s));
+    TANDEM_CUDA_TRY(launch_store_kv(k, v, cache.k_layer(il), cache.v_layer(il), cache.config().type,
+                                    dev_ints(plan_.off_slots), T, KD, s));
+  }
   TANDEM_TRY(attention(il, cache));
   TANDEM_TRY(matmul_fused({{&L.wo, x}}, att_.get<float>(), T, true));  // x += wo·att
 
   float *g = gate_.get<float>(), *u = up_.get<float>();
+  if (matvec_ready({&L.gate, &L.up}, T) && matvec_ready({&L.down}, T)) {
+    TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.ffn_norm, xn, T, E, hp.rms_eps, work, s));
+    TANDEM_TRY(matvec_quantized({{&L.gate, g}, {&L.up, u}}, xn, T, false));
+    TANDEM_CUDA_TRY(launch_swiglu_q8(g, u, g, T, int(hp.n_ff), work, s));
+    TANDEM_TRY(matvec_quantized({{&L.down, x}}, g, T, true));  // x += down·swiglu
+    return {};
+  }
   TANDEM_CUDA_TRY(launch_rms_norm(x, L.ffn_norm, xn, T, E, hp.rms_eps, s));
   TANDEM_TRY(matmul_fused({{&L.gate, g}, {&L.up, u}}, xn, T, false));
   TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * hp.n_ff, s));
