@@ -46,6 +46,18 @@ TEST(layer_ops, rms_norm_rope_swiglu) {
     rms_norm(x.data() + t * n, w.data(), ref.data(), n, 1e-6f);
     for (int i = 0; i < n; ++i) ASSERT_NEAR(got[t * n + i], ref[i], 1e-5f * std::fabs(ref[i]) + 1e-6f);
   }
+  // Wide rows take the register-resident kernel (in place too).
+  for (int wide : {1024, 4096, 5120}) {
+    const auto xw = randoms(2 * wide, 7, -3.f, 3.f), ww = randoms(wide, 8, 0.5f, 1.5f);
+    dev<float> dxw(xw), dww(ww);
+    ASSERT_EQ(launch_rms_norm(dxw.p, dww.p, dxw.p, 2, wide, 1e-6f, nullptr), cudaSuccess);
+    const auto gw = dxw.host();
+    std::vector<float> rw(wide);
+    for (int t = 0; t < 2; ++t) {
+      rms_norm(xw.data() + t * wide, ww.data(), rw.data(), wide, 1e-6f);
+      for (int i = 0; i < wide; ++i) ASSERT_NEAR(gw[t * wide + i], rw[i], 1e-5f * std::fabs(rw[i]) + 1e-6f) << wide;
+    }
+  }
   const std::vector<int32_t> pos = {0, 7, 100, 4095, 70000};
   dev<int32_t> dpos(pos);
   for (bool neox : {false, true}) {
@@ -139,16 +151,19 @@ TEST(layer_ops, get_rows_and_argmax) {
       for (int64_t j = 0; j < n; ++j) ASSERT_NEAR(got[i * n + j], ref[j], 1e-6f * std::fabs(ref[j]) + 1e-7f);
     }
   }
-  const int64_t V = 50000;
-  auto logits = randoms(3 * V, 6);
-  logits[V + 123] = 5.f, logits[V + 7] = 5.f;  // a tie: the first index wins
-  dev<float> dl(logits);
-  dev<int32_t> di(size_t(3));
-  ASSERT_EQ(launch_argmax(dl.p, 3, V, di.p, nullptr), cudaSuccess);
-  const auto got = di.host();
-  for (int r = 0; r < 3; ++r) {
-    const auto b = logits.begin() + r * V;
-    EXPECT_EQ(got[r], std::max_element(b, b + V) - b);
+  // 16-byte loads (rows of a multiple of 4) and the scalar scan (odd rows).
+  for (int64_t V : {50000, 50001}) {
+    auto logits = randoms(3 * V, 6);
+    logits[V + 123] = 5.f, logits[V + 7] = 5.f;  // a tie: the first index wins
+    logits[2 * V + V - 1] = 7.f;                  // the largest at the very end
+    dev<float> dl(logits);
+    dev<int32_t> di(size_t(3));
+    ASSERT_EQ(launch_argmax(dl.p, 3, V, di.p, nullptr), cudaSuccess);
+    const auto got = di.host();
+    for (int r = 0; r < 3; ++r) {
+      const auto b = logits.begin() + r * V;
+      EXPECT_EQ(got[r], std::max_element(b, b + V) - b) << "V " << V << " row " << r;
+    }
   }
 }
 

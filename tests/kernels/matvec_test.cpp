@@ -180,10 +180,11 @@ INSTANTIATE_TEST_SUITE_P(all, matvec_types, ::testing::ValuesIn(k_types),
 // mat-vec outputs pass check_output against that x.
 TEST(matvec, mixed_types_from_quantizing_producers) {
   REQUIRE_GPU();
-  const int64_t n_in = 768;
   const int n_tok = 3;
   const ggml_type types[3] = {ggml_type::q4_k, ggml_type::q6_k, ggml_type::q4_k};
   const int64_t heights[3] = {96, 40, 33};
+  // 768: the warp-per-block producers; 4096: the register-resident RMSNorm.
+  for (int64_t n_in : {768, 4096})
   for (int producer = 0; producer < 2; ++producer) {
     const auto a = randoms(n_in * n_tok, 71, -2.f, 2.f), b = randoms(n_in * n_tok, 72), nw = randoms(n_in, 73, 0.5f, 1.5f);
     dev<float> da(a), db(b), dnw(nw), dx(size_t(n_in * n_tok)), dplain(size_t(n_in * n_tok));
@@ -196,7 +197,7 @@ TEST(matvec, mixed_types_from_quantizing_producers) {
       ASSERT_EQ(launch_swiglu(da.p, db.p, dplain.p, n_in * n_tok, nullptr), cudaSuccess);
     }
     const auto x = dx.host();
-    ASSERT_EQ(x, dplain.host()) << "producer " << producer;
+    ASSERT_EQ(x, dplain.host()) << "producer " << producer << " n_in " << n_in;
     const ggml_type t2 = producer == 0 ? types[1] : ggml_type::f16;  // a float-x job in the second round
     const ggml_type ts[3] = {types[0], t2, producer == 0 ? types[2] : ggml_type::q8_0};
     std::vector<std::vector<uint8_t>> qs;
