@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/matvec_x.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/quant_blocks.cuh"
 
@@ -452,7 +453,10 @@ __global__ void __launch_bounds__(32 * k_warps)
 #pragma unroll
     for (int w = 0; w < k_warps; ++w) o += s_acc[w][d] * f[w];
     if (n_split == 1) {
-      a.out[head * D + d] = o / lb;
+      const float v = o / lb;
+      a.out[head * D + d] = v;
+      // Warps cover 32 consecutive d: one int8 block of the token's row.
+      if (a.out_q) quantize_x_warp(v, a.out_q + head * D + (d & ~31), a.out_ds + (head * D + d) / 32);
     } else {
       part[(head * n_split + blockIdx.y) * (D + 2) + d] = o;
     }
@@ -465,7 +469,8 @@ __global__ void __launch_bounds__(32 * k_warps)
 
 // One block per (token, head): out = sum_s O_s e^{m_s - M} / sum_s l_s e^{m_s - M}.
 __global__ void combine_splits_kernel(const float* __restrict__ part, const int32_t* __restrict__ tok_pos,
-                                      int n_head, int head_dim, int n_split, int chunk, float* out) {
+                                      int n_head, int head_dim, int n_split, int chunk, float* out, int8_t* out_q,
+                                      float2* out_ds) {
   const int64_t head = blockIdx.x;
   const int pos = tok_pos[head / n_head];
   if (pos < 0) return;
@@ -484,7 +489,10 @@ __global__ void combine_splits_kernel(const float* __restrict__ part, const int3
       const float* ps = p + s * (head_dim + 2);
       if (ps[head_dim + 1] > 0.f) o += ps[d] * expf(ps[head_dim] - M);
     }
-    out[head * head_dim + d] = o / L;
+    const float v = o / L;
+    out[head * head_dim + d] = v;
+    // Warps cover 32 consecutive d (head_dim % 32 == 0): one int8 block of the token's row.
+    if (out_q) quantize_x_warp(v, out_q + head * head_dim + (d & ~31), out_ds + (head * head_dim + d) / 32);
   }
 }
 
@@ -494,7 +502,7 @@ cudaError_t launch_paged(const paged_attention_args& a, int n_split, int chunk, 
   paged_attention_kernel<DPL, T><<<grid, 32 * k_warps, 0, stream>>>(a, n_split, chunk, work);
   if (n_split > 1)
     combine_splits_kernel<<<static_cast<unsigned>(a.n_tok * a.n_head), 128, 0, stream>>>(
-        work, a.tok_pos, a.n_head, a.head_dim, n_split, chunk, a.out);
+        work, a.tok_pos, a.n_head, a.head_dim, n_split, chunk, a.out, a.out_q, a.out_ds);
   return cudaGetLastError();
 }
 

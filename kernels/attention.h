@@ -55,6 +55,11 @@ struct paged_attention_args {
   int block_size = 0, max_blocks = 0;
   int max_kv = 0;                   // largest pos + 1 over the tokens (sizes the split)
   float scale = 1.f;
+  // Optional: also write out's int8 copy for the decode mat-vec (matvec_x_parts of its workspace
+  // for n_in = n_head * head_dim and n_tok), so the next mat-vec skips its quantization. Only
+  // valid when no token is skipped (every tok_pos >= 0).
+  int8_t* out_q = nullptr;
+  float2* out_ds = nullptr;
 };
 
 // Floats of workspace that lets the decode kernel split each head's keys n_split ways.

@@ -78,18 +78,27 @@ __global__ void __launch_bounds__(k_norm_threads)
     rms_norm_wide_kernel(const float* x, const float* __restrict__ w, float* out, int n, float eps, int8_t* qx,
                          float2* ds) {
   __shared__ float shared[32];
-  pdl_wait();
-  pdl_trigger();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * n;
   const auto* x4 = reinterpret_cast<const float4*>(x + row);
   const auto* w4 = reinterpret_cast<const float4*>(w);
   const int n4 = n / 4;
-  float4 v[k_norm_chunks];
+  float4 v[k_norm_chunks], wv[k_norm_chunks];
+  // The weights are constant: fetched while the previous kernel finishes.
+#pragma unroll
+  for (int k = 0; k < k_norm_chunks; ++k) {
+    const int c = k * k_norm_threads + threadIdx.x;
+    wv[k] = c < n4 ? w4[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  pdl_wait();
+  pdl_trigger();
   float ss = 0.f;
 #pragma unroll
   for (int k = 0; k < k_norm_chunks; ++k) {
     const int c = k * k_norm_threads + threadIdx.x;
     v[k] = c < n4 ? x4[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int k = 0; k < k_norm_chunks; ++k) {
     ss = fmaf(v[k].x, v[k].x, ss);
     ss = fmaf(v[k].y, v[k].y, ss);
     ss = fmaf(v[k].z, v[k].z, ss);
@@ -102,8 +111,8 @@ __global__ void __launch_bounds__(k_norm_threads)
     if (k * k_norm_threads >= n4) break;  // the same for the whole block
     const int c = k * k_norm_threads + threadIdx.x;
     const bool valid = c < n4;
-    const float4 wv = valid ? w4[c] : make_float4(0.f, 0.f, 0.f, 0.f);
-    const float4 o = make_float4(v[k].x * inv * wv.x, v[k].y * inv * wv.y, v[k].z * inv * wv.z, v[k].w * inv * wv.w);
+    const float4 o = make_float4(v[k].x * inv * wv[k].x, v[k].y * inv * wv[k].y, v[k].z * inv * wv[k].z,
+                                 v[k].w * inv * wv[k].w);
     if (valid) reinterpret_cast<float4*>(out + row)[c] = o;
     if (Q8) quantize_x_quad(o, valid, qx + row + 4 * c, ds + (row + 4 * c) / 32);
   }

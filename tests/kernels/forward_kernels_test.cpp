@@ -15,6 +15,7 @@
 #include "kernels/attention.h"
 #include "kernels/cuda_check.h"
 #include "kernels/layer_ops.h"
+#include "kernels/matvec.h"
 #include "quant/quant.h"
 #include "kernel_test_util.h"
 
@@ -193,9 +194,34 @@ TEST(attention, paged_matches_attend_head) {
     a.block_tables = dtab.p, a.tok_table = dtt.p, a.tok_pos = dpos.p;
     a.n_tok = T, a.n_head = Hq, a.n_head_kv = Hkv, a.head_dim = D, a.block_size = bs, a.max_blocks = n_blocks;
     a.max_kv = n_kv_max, a.scale = 1.f / std::sqrt(float(D));
+    // Also the int8 copy of out for the next mat-vec, from both the single and the split path.
+    dev<uint8_t> qwork(matvec_work_bytes(int64_t(Hq) * D, T));
+    const matvec_qx qx = matvec_x_parts(qwork.p, int64_t(Hq) * D, T);
+    a.out_q = qx.q, a.out_ds = qx.ds;
     for (bool split : {false, true}) {
       ASSERT_EQ(launch_paged_attention(a, split ? work.p : nullptr, split ? work.n : 0, nullptr), cudaSuccess);
       const auto got = dout.host();
+      const auto qbytes = qwork.host();
+      const auto* gq = reinterpret_cast<const int8_t*>(qbytes.data());
+      const auto* gds = reinterpret_cast<const float2*>(qbytes.data() + (reinterpret_cast<uint8_t*>(qx.ds) - qwork.p));
+      for (int t = 0; t < T; ++t) {
+        if (pos[t] < 0) continue;
+        for (int b = 0; b < Hq * D / 32; ++b) {
+          const float* v = got.data() + size_t(t) * Hq * D + 32 * b;
+          float amax = 0.f;
+          for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
+          const float d = amax / 127.f;
+          int sum = 0;
+          for (int i = 0; i < 32; ++i) {
+            const int q = amax > 0.f ? int(std::nearbyint(v[i] / d)) : 0;
+            sum += q;
+            ASSERT_EQ(gq[size_t(t) * Hq * D + 32 * b + i], q) << "split " << split << " t " << t << " block " << b;
+          }
+          const float2 ds = gds[size_t(t) * Hq * D / 32 + b];
+          ASSERT_EQ(ds.x, d);
+          ASSERT_EQ(ds.y, d * float(sum));
+        }
+      }
       std::vector<const uint8_t*> kr, vr;
       std::vector<float> scores(n_kv_max), tmp(D), ref(D);
       for (int t = 0; t < T; ++t) {

@@ -153,7 +153,7 @@ class cuda_backend final : public cuda_stage {
   void make_plan(const batch& b, const kv_cache& cache);
   status ensure_scratch(int n_tok);
   status layer(uint32_t il, cuda_kv_cache& cache);
-  status attention(uint32_t il, cuda_kv_cache& cache);
+  status attention(uint32_t il, cuda_kv_cache& cache, bool quantize_out = false);
   status attention_gemm(uint32_t il, cuda_kv_cache& cache, const token_run& r);
   status matmul(const device_matrix& w, const float* x, int n_tok, float* y);
   struct matmul_job {
@@ -482,8 +482,13 @@ status cuda_backend::layer(uint32_t il, cuda_kv_cache& cache) {
     TANDEM_CUDA_TRY(launch_store_kv(k, v, cache.k_layer(il), cache.v_layer(il), cache.config().type,
                                     dev_ints(plan_.off_slots), T, KD, s));
   }
-  TANDEM_TRY(attention(il, cache));
-  TANDEM_TRY(matmul_fused({{&L.wo, x}}, att_.get<float>(), T, true));  // x += wo·att
+  // Decode steps whose tokens all take the paged kernel get att's int8 copy from it.
+  const bool att_q8 = plan_.runs.empty() && matvec_ready({&L.wo}, T);
+  TANDEM_TRY(attention(il, cache, att_q8));
+  if (att_q8)
+    TANDEM_TRY(matvec_quantized({{&L.wo, x}}, att_.get<float>(), T, true));  // x += wo·att
+  else
+    TANDEM_TRY(matmul_fused({{&L.wo, x}}, att_.get<float>(), T, true));
 
   float *g = gate_.get<float>(), *u = up_.get<float>();
   if (matvec_ready({&L.gate, &L.up}, T) && matvec_ready({&L.down}, T)) {
@@ -500,7 +505,7 @@ status cuda_backend::layer(uint32_t il, cuda_kv_cache& cache) {
   return {};
 }
 
-status cuda_backend::attention(uint32_t il, cuda_kv_cache& cache) {
+status cuda_backend::attention(uint32_t il, cuda_kv_cache& cache, bool quantize_out) {
   for (const auto& r : plan_.runs) TANDEM_TRY(attention_gemm(il, cache, r));
   if (!plan_.any_paged) return {};
   const auto& hp = desc_.hp;
@@ -521,6 +526,10 @@ status cuda_backend::attention(uint32_t il, cuda_kv_cache& cache) {
   a.max_blocks = plan_.max_blocks;
   a.max_kv = plan_.paged_max_kv;
   a.scale = 1.f / std::sqrt(float(hp.head_dim));
+  if (quantize_out) {
+    const matvec_qx qx = matvec_x_parts(matvec_work_.get(), int64_t(a.n_head) * a.head_dim, a.n_tok);
+    a.out_q = qx.q, a.out_ds = qx.ds;
+  }
   // Split partials are only used when there are few (token, head) pairs: size for that case.
   const int pairs = std::min(plan_.n_tok * a.n_head, 1024);
   TANDEM_TRY(attn_work_.ensure(paged_attention_work_floats(1, pairs, a.head_dim, 32) * sizeof(float)));
