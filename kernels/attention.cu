@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/matvec_x.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/quant_blocks.cuh"
 
 namespace tandem {
@@ -316,6 +318,79 @@ __global__ void store_kv_kernel(const float* __restrict__ k, const float* __rest
   }
 }
 
+constexpr int k_rope_warps = 4;
+
+// Stores the 32 * nb values of buf (a head's row) at dst, converted to the cache's element type.
+__device__ __forceinline__ void store_row(const float* buf, int n, uint16_t* dst, q8_warp_smem&) {
+  for (int i = threadIdx.x % 32; i < n; i += 32) dst[i] = float_to_fp16(buf[i]);
+}
+__device__ __forceinline__ void store_row(const float* buf, int n, float* dst, q8_warp_smem&) {
+  for (int i = threadIdx.x % 32; i < n; i += 32) dst[i] = buf[i];
+}
+__device__ __forceinline__ void store_row(const float* buf, int n, uint8_t* dst, q8_warp_smem& s) {
+  for (int b = 0; b < n / 32; ++b) {
+    quantize_q8_0_warp(buf[32 * b + threadIdx.x % 32], s, dst + 34 * b);
+    __syncwarp();  // s is reused by the next block
+  }
+}
+
+// One warp per (token, row) where rows are the n_head q heads, then the n_head_kv k heads, then
+// the v heads. E: the cache element (uint16_t f16, float, uint8_t for q8_0 blocks).
+template <class E>
+__global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_kernel(qk_rope_store_args a) {
+  __shared__ float rows[k_rope_warps][256];
+  __shared__ q8_warp_smem q8s[sizeof(E) == 1 ? k_rope_warps : 1];
+  pdl_wait();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int per_tok = a.n_head + 2 * a.n_head_kv, D = a.head_dim;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * k_rope_warps + warp;
+  if (r >= static_cast<int64_t>(a.n_tok) * per_tok) return;  // whole warps
+  const int t = static_cast<int>(r / per_tok), j = static_cast<int>(r % per_tok);
+  const bool is_q = j < a.n_head, is_v = j >= a.n_head + a.n_head_kv;
+  const int hk = is_q ? 0 : (is_v ? j - a.n_head - a.n_head_kv : j - a.n_head);
+  float* row = is_q ? a.q + (static_cast<int64_t>(t) * a.n_head + j) * D
+                    : (is_v ? nullptr : a.k + (static_cast<int64_t>(t) * a.n_head_kv + hk) * D);
+  const float* src = is_v ? a.v + (static_cast<int64_t>(t) * a.n_head_kv + hk) * D : row;
+  const float* nw = is_q ? a.q_norm : a.k_norm;
+  float* buf = rows[warp];
+  float ss = 0.f;
+  for (int i = lane; i < D; i += 32) {
+    const float v = src[i];
+    buf[i] = v;
+    ss = fmaf(v, v, ss);
+  }
+  if (!is_v) {
+    if (nw) {  // rms_norm_kernel's arithmetic with one warp per row
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      const float inv = 1.f / sqrtf(ss / static_cast<float>(D) + a.eps);
+      for (int i = lane; i < D; i += 32) buf[i] = buf[i] * inv * nw[i];
+    }
+    __syncwarp();
+    const int half = a.rope_dim / 2;  // rope_kernel's arithmetic
+    for (int i = lane; i < half; i += 32) {
+      const double freq = pow(static_cast<double>(a.theta), -2.0 * i / a.rope_dim);
+      const double angle = static_cast<double>(a.pos[t]) * freq;
+      const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
+      const int ia = a.neox ? i : 2 * i, ib = a.neox ? i + half : 2 * i + 1;
+      const float x0 = buf[ia], x1 = buf[ib];
+      buf[ia] = x0 * c - x1 * s;
+      buf[ib] = x0 * s + x1 * c;
+    }
+    __syncwarp();
+    for (int i = lane; i < D; i += 32) row[i] = buf[i];
+  }
+  __syncwarp();
+  if (is_q) return;
+  const int64_t row_elems = static_cast<int64_t>(a.n_head_kv) * D;
+  const int64_t at = static_cast<int64_t>(a.slots[t]) * row_elems + static_cast<int64_t>(hk) * D;
+  E* cache = static_cast<E*>(is_v ? a.v_cache : a.k_cache);
+  if constexpr (sizeof(E) == 1)
+    store_row(buf, D, cache + at / 32 * 34, q8s[warp]);
+  else
+    store_row(buf, D, cache + at, q8s[0]);
+}
+
 // Grid (n_tok * n_head, n_split), k_warps warps. Split s covers keys [s * chunk, (s+1) * chunk).
 template <int DPL, class T>
 __global__ void __launch_bounds__(32 * k_warps)
@@ -378,7 +453,10 @@ __global__ void __launch_bounds__(32 * k_warps)
 #pragma unroll
     for (int w = 0; w < k_warps; ++w) o += s_acc[w][d] * f[w];
     if (n_split == 1) {
-      a.out[head * D + d] = o / lb;
+      const float v = o / lb;
+      a.out[head * D + d] = v;
+      // Warps cover 32 consecutive d: one int8 block of the token's row.
+      if (a.out_q) quantize_x_warp(v, a.out_q + head * D + (d & ~31), a.out_ds + (head * D + d) / 32);
     } else {
       part[(head * n_split + blockIdx.y) * (D + 2) + d] = o;
     }
@@ -391,7 +469,8 @@ __global__ void __launch_bounds__(32 * k_warps)
 
 // One block per (token, head): out = sum_s O_s e^{m_s - M} / sum_s l_s e^{m_s - M}.
 __global__ void combine_splits_kernel(const float* __restrict__ part, const int32_t* __restrict__ tok_pos,
-                                      int n_head, int head_dim, int n_split, int chunk, float* out) {
+                                      int n_head, int head_dim, int n_split, int chunk, float* out, int8_t* out_q,
+                                      float2* out_ds) {
   const int64_t head = blockIdx.x;
   const int pos = tok_pos[head / n_head];
   if (pos < 0) return;
@@ -410,7 +489,10 @@ __global__ void combine_splits_kernel(const float* __restrict__ part, const int3
       const float* ps = p + s * (head_dim + 2);
       if (ps[head_dim + 1] > 0.f) o += ps[d] * expf(ps[head_dim] - M);
     }
-    out[head * head_dim + d] = o / L;
+    const float v = o / L;
+    out[head * head_dim + d] = v;
+    // Warps cover 32 consecutive d (head_dim % 32 == 0): one int8 block of the token's row.
+    if (out_q) quantize_x_warp(v, out_q + head * head_dim + (d & ~31), out_ds + (head * head_dim + d) / 32);
   }
 }
 
@@ -420,7 +502,7 @@ cudaError_t launch_paged(const paged_attention_args& a, int n_split, int chunk, 
   paged_attention_kernel<DPL, T><<<grid, 32 * k_warps, 0, stream>>>(a, n_split, chunk, work);
   if (n_split > 1)
     combine_splits_kernel<<<static_cast<unsigned>(a.n_tok * a.n_head), 128, 0, stream>>>(
-        work, a.tok_pos, a.n_head, a.head_dim, n_split, chunk, a.out);
+        work, a.tok_pos, a.n_head, a.head_dim, n_split, chunk, a.out, a.out_q, a.out_ds);
   return cudaGetLastError();
 }
 
@@ -527,6 +609,19 @@ cudaError_t launch_store_kv(const float* k, const float* v, void* k_cache, void*
   } else
     return cudaErrorInvalidValue;
   return cudaGetLastError();
+}
+
+cudaError_t launch_qk_rope_store(const qk_rope_store_args& a, cudaStream_t stream) {
+  if (a.n_tok < 0 || a.n_head <= 0 || a.n_head_kv <= 0 || a.head_dim < 32 || a.head_dim > 256 ||
+      a.head_dim % 32 != 0 || a.rope_dim <= 0 || a.rope_dim % 2 != 0 || a.rope_dim > a.head_dim)
+    return cudaErrorInvalidValue;
+  const int64_t rows = static_cast<int64_t>(a.n_tok) * (a.n_head + 2 * a.n_head_kv);
+  if (rows == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>((rows + k_rope_warps - 1) / k_rope_warps)), block(32 * k_rope_warps);
+  if (a.cache_type == ggml_type::f16) return launch_pdl(qk_rope_store_kernel<uint16_t>, grid, block, stream, a);
+  if (a.cache_type == ggml_type::f32) return launch_pdl(qk_rope_store_kernel<float>, grid, block, stream, a);
+  if (a.cache_type == ggml_type::q8_0) return launch_pdl(qk_rope_store_kernel<uint8_t>, grid, block, stream, a);
+  return cudaErrorInvalidValue;
 }
 
 size_t paged_attention_work_floats(int n_tok, int n_head, int head_dim, int n_split) {

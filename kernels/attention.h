@@ -18,6 +18,30 @@ namespace tandem {
 cudaError_t launch_store_kv(const float* k, const float* v, void* k_cache, void* v_cache, ggml_type cache_type,
                             const int32_t* slots, int n_tok, int row_elems, cudaStream_t stream);
 
+// The decode step between the Q/K/V mat-vecs and attention, in one launch: per token, each q and
+// k head is RMS-normed over head_dim (when q_norm / k_norm are given; as launch_rms_norm) and
+// rotated by pos[t] (as launch_rope), written back in place, and k and v are stored into the
+// cache as launch_store_kv does. One warp per (token, head) row. head_dim 32..256, a multiple of
+// 32; rope_dim even, <= head_dim. Starts as a programmatic dependent of the previous kernel on
+// sm_90.
+struct qk_rope_store_args {
+  float* q = nullptr;  // [n_tok][n_head][head_dim]
+  float* k = nullptr;  // [n_tok][n_head_kv][head_dim]
+  const float* v = nullptr;
+  const float* q_norm = nullptr;  // [head_dim] or null: no per-head norm
+  const float* k_norm = nullptr;
+  float eps = 0.f;
+  const int32_t* pos = nullptr;  // per token
+  int n_tok = 0, n_head = 0, n_head_kv = 0, head_dim = 0, rope_dim = 0;
+  float theta = 10000.f;
+  bool neox = false;
+  void* k_cache = nullptr;  // this layer's caches, as launch_store_kv
+  void* v_cache = nullptr;
+  ggml_type cache_type = ggml_type::f16;
+  const int32_t* slots = nullptr;
+};
+cudaError_t launch_qk_rope_store(const qk_rope_store_args& a, cudaStream_t stream);
+
 struct paged_attention_args {
   const float* q = nullptr;         // [n_tok][n_head][head_dim]
   const void* k_cache = nullptr;    // this layer: [slot][n_head_kv][head_dim]
@@ -31,6 +55,11 @@ struct paged_attention_args {
   int block_size = 0, max_blocks = 0;
   int max_kv = 0;                   // largest pos + 1 over the tokens (sizes the split)
   float scale = 1.f;
+  // Optional: also write out's int8 copy for the decode mat-vec (matvec_x_parts of its workspace
+  // for n_in = n_head * head_dim and n_tok), so the next mat-vec skips its quantization. Only
+  // valid when no token is skipped (every tok_pos >= 0).
+  int8_t* out_q = nullptr;
+  float2* out_ds = nullptr;
 };
 
 // Floats of workspace that lets the decode kernel split each head's keys n_split ways.

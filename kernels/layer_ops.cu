@@ -8,6 +8,9 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "kernels/matvec.h"
+#include "kernels/matvec_x.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/quant_blocks.cuh"
 
 namespace tandem {
@@ -44,6 +47,113 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
   ss = block_sum(ss, shared);
   const float inv = 1.f / sqrtf(ss / static_cast<float>(n) + eps);
   for (int i = threadIdx.x; i < n; i += blockDim.x) orow[i] = xr[i] * inv * w[i];
+}
+
+// Wide rows (n % 4 == 0, n <= 4 * k_norm_threads * k_norm_chunks): each thread keeps its float4
+// chunks c = k * k_norm_threads + tid in registers, so the row is read once with all loads in
+// flight (a single block per token row is latency-bound otherwise). With Q8 it also writes the
+// mat-vec's int8 copy of out: 8 lanes hold one 32-value block, quantized as quantize_x_warp does.
+constexpr int k_norm_threads = 256;
+constexpr int k_norm_chunks = 8;
+
+__device__ __forceinline__ void quantize_x_quad(const float4& o, bool valid, int8_t* q4, float2* ds) {
+  float amax = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+#pragma unroll
+  for (int m = 1; m < 8; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+  const float d = amax / 127.f;
+  const float v[4] = {o.x, o.y, o.z, o.w};
+  int q[4], sum = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) q[i] = amax > 0.f ? static_cast<int>(rintf(v[i] / d)) : 0, sum += q[i];
+#pragma unroll
+  for (int m = 1; m < 8; m <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+  if (!valid) return;
+  *reinterpret_cast<char4*>(q4) = make_char4(static_cast<signed char>(q[0]), static_cast<signed char>(q[1]),
+                                             static_cast<signed char>(q[2]), static_cast<signed char>(q[3]));
+  if (threadIdx.x % 8 == 0) *ds = make_float2(d, d * static_cast<float>(sum));
+}
+
+template <bool Q8>
+__global__ void __launch_bounds__(k_norm_threads)
+    rms_norm_wide_kernel(const float* x, const float* __restrict__ w, float* out, int n, float eps, int8_t* qx,
+                         float2* ds) {
+  __shared__ float shared[32];
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * n;
+  const auto* x4 = reinterpret_cast<const float4*>(x + row);
+  const auto* w4 = reinterpret_cast<const float4*>(w);
+  const int n4 = n / 4;
+  float4 v[k_norm_chunks], wv[k_norm_chunks];
+  // The weights are constant: fetched while the previous kernel finishes.
+#pragma unroll
+  for (int k = 0; k < k_norm_chunks; ++k) {
+    const int c = k * k_norm_threads + threadIdx.x;
+    wv[k] = c < n4 ? w4[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  pdl_wait();
+  pdl_trigger();
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < k_norm_chunks; ++k) {
+    const int c = k * k_norm_threads + threadIdx.x;
+    v[k] = c < n4 ? x4[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int k = 0; k < k_norm_chunks; ++k) {
+    ss = fmaf(v[k].x, v[k].x, ss);
+    ss = fmaf(v[k].y, v[k].y, ss);
+    ss = fmaf(v[k].z, v[k].z, ss);
+    ss = fmaf(v[k].w, v[k].w, ss);
+  }
+  ss = block_sum(ss, shared);
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int k = 0; k < k_norm_chunks; ++k) {
+    if (k * k_norm_threads >= n4) break;  // the same for the whole block
+    const int c = k * k_norm_threads + threadIdx.x;
+    const bool valid = c < n4;
+    const float4 o = make_float4(v[k].x * inv * wv[k].x, v[k].y * inv * wv[k].y, v[k].z * inv * wv[k].z,
+                                 v[k].w * inv * wv[k].w);
+    if (valid) reinterpret_cast<float4*>(out + row)[c] = o;
+    if (Q8) quantize_x_quad(o, valid, qx + row + 4 * c, ds + (row + 4 * c) / 32);
+  }
+}
+
+bool wide_norm(const float* x, const float* w, const float* out, int n) {
+  const auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return n >= 1024 && n % 32 == 0 && n <= 4 * k_norm_threads * k_norm_chunks && a16(x) && a16(w) && a16(out);
+}
+
+// rms_norm_kernel that also quantizes its output for the mat-vec (rows wide_norm refuses): a
+// warp's 32 consecutive outputs are one int8 block (n % 32 == 0, blockDim a multiple of 32).
+__global__ void rms_norm_q8_kernel(const float* x, const float* __restrict__ w, float* out, int n, float eps,
+                                   int8_t* qx, float2* ds) {
+  __shared__ float shared[32];
+  pdl_wait();
+  pdl_trigger();
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+  ss = block_sum(ss, shared);
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(n) + eps);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = xr[i] * inv * w[i];
+    out[row + i] = v;
+    quantize_x_warp(v, qx + row + (i & ~31), ds + (row + i) / 32);
+  }
+}
+
+__global__ void swiglu_q8_kernel(const float* gate, const float* up, float* out, int64_t n, int8_t* qx,
+                                 float2* ds) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float g = gate[i];
+    const float v = g / (1.f + expf(-g)) * up[i];
+    out[i] = v;
+    quantize_x_warp(v, qx + (i & ~int64_t(31)), ds + i / 32);
+  }
 }
 
 // One thread per (token, rotation pair); it rotates that pair in every head.
@@ -149,15 +259,40 @@ __global__ void gather_rows_kernel(const float* __restrict__ src, const int32_t*
     d[i] = s[i];
 }
 
-// One block per row; ties go to the lowest index, as a sequential scan would pick.
+// One block per row; ties go to the lowest index, as a sequential scan would pick. Each thread
+// scans its elements in increasing index order (four 16-byte loads in flight per step when the
+// row allows), keeping the first of its largest.
+__device__ __forceinline__ void argmax_take(float e, int64_t i, float& v, int64_t& idx) {
+  if (e > v) v = e, idx = i;
+}
+__device__ __forceinline__ void argmax_take4(const float4& e, int64_t i, float& v, int64_t& idx) {
+  argmax_take(e.x, i, v, idx);
+  argmax_take(e.y, i + 1, v, idx);
+  argmax_take(e.z, i + 2, v, idx);
+  argmax_take(e.w, i + 3, v, idx);
+}
+
 __global__ void argmax_kernel(const float* __restrict__ x, int64_t n, int32_t* out) {
   __shared__ float best_v[32];
   __shared__ int64_t best_i[32];
   const float* row = x + static_cast<int64_t>(blockIdx.x) * n;
   float v = -FLT_MAX;
   int64_t idx = n;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    if (row[i] > v) v = row[i], idx = i;
+  if (n % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+    const auto* r4 = reinterpret_cast<const float4*>(row);
+    const int64_t n4 = n / 4, bd = blockDim.x;
+    int64_t c = threadIdx.x;
+    for (; c + 3 * bd < n4; c += 4 * bd) {
+      float4 e[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) e[u] = r4[c + u * bd];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) argmax_take4(e[u], 4 * (c + u * bd), v, idx);
+    }
+    for (; c < n4; c += bd) argmax_take4(r4[c], 4 * c, v, idx);
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) argmax_take(row[i], i, v, idx);
+  }
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, v, o);
     const int64_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
@@ -179,9 +314,34 @@ cudaError_t launch_rms_norm(const float* x, const float* w, float* out, int64_t 
                             cudaStream_t stream) {
   if (n_rows < 0 || n <= 0 || n_rows > 0x7fffffff) return cudaErrorInvalidValue;
   if (n_rows == 0) return cudaSuccess;
+  if (wide_norm(x, w, out, n))
+    return launch_pdl(rms_norm_wide_kernel<false>, dim3(static_cast<unsigned>(n_rows)), dim3(k_norm_threads), stream,
+                      x, w, out, n, eps, nullptr, nullptr);
   const int threads = n >= 1024 ? 256 : (n >= 256 ? 128 : 32);
   rms_norm_kernel<<<static_cast<unsigned>(n_rows), threads, 0, stream>>>(x, w, out, n, eps);
   return cudaGetLastError();
+}
+
+cudaError_t launch_rms_norm_q8(const float* x, const float* w, float* out, int n_rows, int n, float eps,
+                               void* matvec_work, cudaStream_t stream) {
+  if (n_rows <= 0 || n_rows > k_matvec_max_tokens || n <= 0 || n % 32 != 0 || matvec_work == nullptr)
+    return cudaErrorInvalidValue;
+  const matvec_qx q = matvec_x_parts(matvec_work, n, n_rows);
+  if (wide_norm(x, w, out, n))
+    return launch_pdl(rms_norm_wide_kernel<true>, dim3(static_cast<unsigned>(n_rows)), dim3(k_norm_threads), stream,
+                      x, w, out, n, eps, q.q, q.ds);
+  const int threads = n >= 1024 ? 256 : (n >= 256 ? 128 : 32);
+  return launch_pdl(rms_norm_q8_kernel, dim3(static_cast<unsigned>(n_rows)), dim3(threads), stream, x, w, out, n, eps,
+                    q.q, q.ds);
+}
+
+cudaError_t launch_swiglu_q8(const float* gate, const float* up, float* out, int n_rows, int n, void* matvec_work,
+                             cudaStream_t stream) {
+  if (n_rows <= 0 || n_rows > k_matvec_max_tokens || n <= 0 || n % 32 != 0 || matvec_work == nullptr)
+    return cudaErrorInvalidValue;
+  const int64_t total = int64_t{n_rows} * n;
+  const matvec_qx q = matvec_x_parts(matvec_work, n, n_rows);
+  return launch_pdl(swiglu_q8_kernel, dim3(grid_for(total)), dim3(k_threads), stream, gate, up, out, total, q.q, q.ds);
 }
 
 cudaError_t launch_rope(float* x, const int32_t* pos, int n_tok, int n_heads, int head_dim, int rope_dim,

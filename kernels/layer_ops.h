@@ -21,8 +21,20 @@ cudaError_t launch_rms_norm(const float* x, const float* w, float* out, int64_t 
 cudaError_t launch_rope(float* x, const int32_t* pos, int n_tok, int n_heads, int head_dim, int rope_dim,
                         float theta, bool neox, cudaStream_t stream);
 
+// launch_rms_norm that also writes the int8 copy of out that the decode mat-vec reads
+// (matvec_x_parts(matvec_work, n, n_rows)), so a following launch_matvec_jobs with x_quantized
+// skips its own pass. n % 32 == 0, 1 <= n_rows <= k_matvec_max_tokens. Starts as a programmatic
+// dependent of the previous kernel on sm_90.
+cudaError_t launch_rms_norm_q8(const float* x, const float* w, float* out, int n_rows, int n, float eps,
+                               void* matvec_work, cudaStream_t stream);
+
 // out = silu(gate) * up (out may alias gate).
 cudaError_t launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+
+// launch_swiglu over n_rows rows of n values that also writes the mat-vec's int8 copy of out
+// (as launch_rms_norm_q8).
+cudaError_t launch_swiglu_q8(const float* gate, const float* up, float* out, int n_rows, int n, void* matvec_work,
+                             cudaStream_t stream);
 
 // x += y
 cudaError_t launch_add(float* x, const float* y, int64_t n, cudaStream_t stream);

@@ -8,6 +8,8 @@
 #include <cstdint>
 
 #include "kernels/matvec_types.cuh"
+#include "kernels/matvec_x.cuh"
+#include "kernels/pdl.cuh"
 
 namespace tandem {
 namespace {
@@ -31,26 +33,14 @@ struct jobs {
 };
 
 // One warp per 32-element block of x (blocks of all tokens are contiguous: n_in % 32 == 0).
-__global__ void __launch_bounds__(256) quantize_x_kernel(const float* __restrict__ x, int64_t n_blocks,
-                                                         int8_t* __restrict__ qx, float2* __restrict__ ds) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__global__ void __launch_bounds__(256) quantize_x_kernel(const float* x, int64_t n_blocks, int8_t* qx,
+                                                         float2* ds) {
+  pdl_wait();
   // Lets the mat-vec kernel (launched as its programmatic dependent) start loading weights now.
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  pdl_trigger();
   const int64_t b = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
   if (b >= n_blocks) return;
-  const int lane = threadIdx.x % 32;
-  const float v = x[32 * b + lane];
-  float amax = fabsf(v);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float d = amax / 127.f;
-  const int q = amax > 0.f ? static_cast<int>(rintf(v / d)) : 0;
-  int sum = q;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  qx[32 * b + lane] = static_cast<int8_t>(q);
-  if (lane == 0) ds[b] = make_float2(d, d * static_cast<float>(sum));
+  quantize_x_warp(x[32 * b + threadIdx.x % 32], qx + 32 * b, ds + b);
 }
 
 // The job owning global row `row`. Constant indices only: indexing the parameter struct with a
@@ -113,12 +103,13 @@ __global__ void __launch_bounds__(k_threads)
   group_rows(jb, g, total, row_bytes, wrow, wend);
   W cur[R];
   load_pieces<Q, R>(wrow, wend, threadIdx.x, n_pieces, cur);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Launched as a programmatic dependent of the x quantization: weights need not wait for it, x
-  // (and y, for add) must. A no-op for an ordinary launch.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  // Launched as a programmatic dependent of the previous kernel (the x quantization or producer):
+  // weights need not wait for it, x (and y, for add) must.
+  pdl_wait();
   for (int buf = 0; g < n_groups; g += gridDim.x, buf ^= 1) {
+    // In its last group a block lets the next launch (a mat-vec of another type, say) start
+    // fetching its own weights.
+    if (g + gridDim.x >= n_groups) pdl_trigger();
     float acc[R][NT];
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -208,11 +199,10 @@ cudaError_t facts_of(K kernel, device_facts& f) {
   return cudaSuccess;
 }
 
-// after_quantize: x was just quantized by the previous launch on this stream; on sm_90 the
-// kernel then starts as its programmatic dependent (its first weight loads overlap it).
+// On sm_90 the kernel starts as a programmatic dependent of the previous launch on the stream
+// (its first weight loads overlap that kernel's tail; it waits before reading x or touching y).
 template <class Q, int NT, int R>
-cudaError_t launch_rows(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool add, bool after_quantize,
-                        cudaStream_t s) {
+cudaError_t launch_rows(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool add, cudaStream_t s) {
   const auto kernel = matvec_kernel<Q, NT, R>;
   device_facts f;
   const cudaError_t e = facts_of(kernel, f);
@@ -228,7 +218,7 @@ cudaError_t launch_rows(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
-  if (after_quantize && f.pdl && !g_tuning.no_pdl) cfg.attrs = attr, cfg.numAttrs = 1;
+  if (f.pdl && !g_tuning.no_pdl) cfg.attrs = attr, cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, jb, n_blocks, row_bytes, xs, n_tok, add);
 }
 
@@ -248,46 +238,55 @@ cudaError_t launch_nt(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool a
     R = NT == 1 ? rc.one_token : rc.tokens;
     while (R > 1 && jb.row_end[jb.n - 1] / R < 1024) R /= 2;
   }
-  if (R == 4) return launch_rows<Q, NT, 4>(jb, n_blocks, xs, n_tok, add, Q::int8_x, s);
-  if (R == 2) return launch_rows<Q, NT, 2>(jb, n_blocks, xs, n_tok, add, Q::int8_x, s);
-  return launch_rows<Q, NT, 1>(jb, n_blocks, xs, n_tok, add, Q::int8_x, s);
+  if (R == 4) return launch_rows<Q, NT, 4>(jb, n_blocks, xs, n_tok, add, s);
+  if (R == 2) return launch_rows<Q, NT, 2>(jb, n_blocks, xs, n_tok, add, s);
+  return launch_rows<Q, NT, 1>(jb, n_blocks, xs, n_tok, add, s);
 }
 
+// One launch over the jobs of type Q (x already quantized into xs where Q reads int8).
 template <class Q>
-cudaError_t launch_type(int64_t n_in, const matvec_output* outs, int n_outs, const float* x, int n_tok, bool add,
-                        void* work, rows_choice rc, cudaStream_t s) {
-  if (n_in % Q::qk != 0 || n_in % 32 != 0 || n_in / Q::qk > (1 << 24)) return cudaErrorInvalidValue;
-  if (!aligned(x, 16)) return cudaErrorMisalignedAddress;
+cudaError_t launch_type(int64_t n_in, const matvec_job* const* outs, int n_outs, x_view xs, int n_tok, bool add,
+                        rows_choice rc, cudaStream_t s) {
+  if (n_in % Q::qk != 0 || n_in / Q::qk > (1 << 24)) return cudaErrorInvalidValue;
   jobs jb;
   int64_t rows = 0;
   for (int i = 0; i < n_outs; ++i) {
-    if (outs[i].n_out < 0) return cudaErrorInvalidValue;
-    if (!aligned(outs[i].w, 16)) return cudaErrorMisalignedAddress;
-    if (outs[i].n_out == 0) continue;
-    jb.w[jb.n] = static_cast<const uint8_t*>(outs[i].w);
-    jb.y[jb.n] = outs[i].y;
-    jb.n_out[jb.n] = outs[i].n_out;
-    jb.row_end[jb.n++] = rows += outs[i].n_out;
+    if (outs[i]->n_out == 0) continue;
+    jb.w[jb.n] = static_cast<const uint8_t*>(outs[i]->w);
+    jb.y[jb.n] = outs[i]->y;
+    jb.n_out[jb.n] = outs[i]->n_out;
+    jb.row_end[jb.n++] = rows += outs[i]->n_out;
   }
   if (jb.n == 0) return cudaSuccess;
-  x_view xs{x, nullptr, nullptr, n_in};
-  if (Q::int8_x) {
-    if (work == nullptr) return cudaErrorInvalidValue;
-    if (!aligned(work, 16)) return cudaErrorMisalignedAddress;
-    const int64_t n_xb = n_in / 32 * n_tok;
-    auto* qx = static_cast<int8_t*>(work);
-    auto* ds = reinterpret_cast<float2*>(qx + (n_in * n_tok + 15) / 16 * 16);
-    quantize_x_kernel<<<static_cast<unsigned>((n_xb + 7) / 8), 256, 0, s>>>(x, n_xb, qx, ds);
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    xs.qx = qx, xs.ds = ds;
-  }
   const int nb = static_cast<int>(n_in / Q::qk);
   if (n_tok <= 1) return launch_nt<Q, 1>(jb, nb, xs, n_tok, add, rc, s);
   if (n_tok <= 2) return launch_nt<Q, 2>(jb, nb, xs, n_tok, add, rc, s);
   if (n_tok <= 4) return launch_nt<Q, 4>(jb, nb, xs, n_tok, add, rc, s);
   return launch_nt<Q, 8>(jb, nb, xs, n_tok, add, rc, s);
 }
+
+cudaError_t launch_of_type(ggml_type t, int64_t n_in, const matvec_job* const* outs, int n_outs, x_view xs,
+                           int n_tok, bool add, cudaStream_t s) {
+  const auto a = [&](auto q, rows_choice rc) {
+    return launch_type<decltype(q)>(n_in, outs, n_outs, xs, n_tok, add, rc, s);
+  };
+  switch (t) {
+    case ggml_type::f32: return a(mq_f32{}, {2, 4});
+    case ggml_type::f16: return a(mq_f16{}, {4, 4});
+    case ggml_type::q4_0: return a(mq_q4_0{}, {2, 4});
+    case ggml_type::q4_1: return a(mq_q4_1{}, {2, 4});
+    case ggml_type::q5_0: return a(mq_q5_0{}, {2, 2});
+    case ggml_type::q5_1: return a(mq_q5_1{}, {2, 4});
+    case ggml_type::q8_0: return a(mq_q8_0{}, {1, 4});
+    case ggml_type::q4_k: return a(mq_q4_k{}, {4, 4});
+    case ggml_type::q5_k: return a(mq_q5_k{}, {2, 2});
+    case ggml_type::q6_k: return a(mq_q6_k{}, {2, 4});
+    default: break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+bool reads_int8_x(ggml_type t) { return t != ggml_type::f32 && t != ggml_type::f16; }
 
 }  // namespace
 
@@ -318,28 +317,58 @@ void matvec_set_tuning(const matvec_tuning& t) {
   if (t.rows_per_block != 1 && t.rows_per_block != 2 && t.rows_per_block != 4) g_tuning.rows_per_block = 0;
 }
 
+matvec_qx matvec_x_parts(void* work, int64_t n_in, int n_tok) {
+  auto* q = static_cast<int8_t*>(work);
+  return {q, reinterpret_cast<float2*>(q + (n_in * n_tok + 15) / 16 * 16)};
+}
+
+cudaError_t launch_matvec_jobs(int64_t n_in, const matvec_job* js, int n_jobs, const float* x, bool x_quantized,
+                               int n_tok, bool add, void* work, cudaStream_t stream) {
+  if (n_in <= 0 || n_in % 32 != 0 || n_tok < 0 || n_tok > k_matvec_max_tokens || n_jobs < 0 ||
+      n_jobs > k_matvec_max_outputs)
+    return cudaErrorInvalidValue;
+  if (n_tok == 0 || n_jobs == 0) return cudaSuccess;
+  bool int8 = false, floats = false;
+  for (int i = 0; i < n_jobs; ++i) {
+    if (!gpu_can_matvec(js[i].type) || js[i].n_out < 0) return cudaErrorInvalidValue;
+    if (!aligned(js[i].w, 16)) return cudaErrorMisalignedAddress;
+    (reads_int8_x(js[i].type) ? int8 : floats) = true;
+  }
+  if (floats && !aligned(x, 16)) return cudaErrorMisalignedAddress;
+  x_view xs{x, nullptr, nullptr, n_in};
+  if (int8) {
+    if (work == nullptr) return cudaErrorInvalidValue;
+    if (!aligned(work, 16)) return cudaErrorMisalignedAddress;
+    if (!x_quantized && !aligned(x, 16)) return cudaErrorMisalignedAddress;
+    const matvec_qx qx = matvec_x_parts(work, n_in, n_tok);
+    if (!x_quantized) {
+      const int64_t n_xb = n_in / 32 * n_tok;
+      const cudaError_t e = launch_pdl(quantize_x_kernel, dim3(static_cast<unsigned>((n_xb + 7) / 8)), dim3(256),
+                                       stream, x, n_xb, qx.q, qx.ds);
+      if (e != cudaSuccess) return e;
+    }
+    xs.qx = qx.q, xs.ds = qx.ds;
+  }
+  // Jobs of one type share a launch (in the order their type first appears).
+  bool done[k_matvec_max_outputs] = {};
+  for (int i = 0; i < n_jobs; ++i) {
+    if (done[i]) continue;
+    const matvec_job* group[k_matvec_max_outputs];
+    int n = 0;
+    for (int j = i; j < n_jobs; ++j)
+      if (!done[j] && js[j].type == js[i].type) group[n++] = &js[j], done[j] = true;
+    const cudaError_t e = launch_of_type(js[i].type, n_in, group, n, xs, n_tok, add, stream);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
 cudaError_t launch_matvec_multi(ggml_type t, int64_t n_in, const matvec_output* outs, int n_outs, const float* x,
                                 int n_tok, bool add, void* work, cudaStream_t stream) {
-  if (n_in <= 0 || n_tok < 0 || n_tok > k_matvec_max_tokens || n_outs < 0 || n_outs > k_matvec_max_outputs)
-    return cudaErrorInvalidValue;
-  if (n_tok == 0 || n_outs == 0) return cudaSuccess;
-  const auto a = [&](auto q, rows_choice rc) {
-    return launch_type<decltype(q)>(n_in, outs, n_outs, x, n_tok, add, work, rc, stream);
-  };
-  switch (t) {
-    case ggml_type::f32: return a(mq_f32{}, {2, 4});
-    case ggml_type::f16: return a(mq_f16{}, {4, 4});
-    case ggml_type::q4_0: return a(mq_q4_0{}, {2, 4});
-    case ggml_type::q4_1: return a(mq_q4_1{}, {2, 4});
-    case ggml_type::q5_0: return a(mq_q5_0{}, {2, 2});
-    case ggml_type::q5_1: return a(mq_q5_1{}, {2, 4});
-    case ggml_type::q8_0: return a(mq_q8_0{}, {1, 4});
-    case ggml_type::q4_k: return a(mq_q4_k{}, {4, 4});
-    case ggml_type::q5_k: return a(mq_q5_k{}, {2, 2});
-    case ggml_type::q6_k: return a(mq_q6_k{}, {2, 4});
-    default: break;
-  }
-  return cudaErrorInvalidValue;
+  if (n_outs < 0 || n_outs > k_matvec_max_outputs) return cudaErrorInvalidValue;
+  matvec_job js[k_matvec_max_outputs];
+  for (int i = 0; i < n_outs; ++i) js[i] = {t, outs[i].w, outs[i].n_out, outs[i].y};
+  return launch_matvec_jobs(n_in, js, n_outs, x, false, n_tok, add, work, stream);
 }
 
 cudaError_t launch_matvec(ggml_type t, const void* w, int64_t n_in, int64_t n_out, const float* x, int n_tok,

@@ -48,6 +48,31 @@ constexpr int k_matvec_max_outputs = 3;
 cudaError_t launch_matvec_multi(ggml_type t, int64_t n_in, const matvec_output* outs, int n_outs, const float* x,
                                 int n_tok, bool add, void* work, cudaStream_t stream);
 
+// Where a workspace of matvec_work_bytes(n_in, n_tok) holds the int8 copy of x for a launch over
+// (n_in, n_tok): q, n_tok rows of n_in int8 values; ds, per 32-value block (token-major) the
+// float pair (d, d * sum q) with q = rint(v / d), d = amax / 127. Producer kernels
+// (launch_rms_norm_q8, launch_swiglu_q8) write it so that the mat-vec skips its own pass.
+struct matvec_qx {
+  int8_t* q;
+  float2* ds;
+};
+matvec_qx matvec_x_parts(void* work, int64_t n_in, int n_tok);
+
+// One matrix of a mixed-type launch.
+struct matvec_job {
+  ggml_type type = ggml_type::f32;
+  const void* w = nullptr;
+  int64_t n_out = 0;
+  float* y = nullptr;
+};
+
+// Up to k_matvec_max_outputs matrices with the same n_in, of any supported types, applied to the
+// same x (Q/K/V where V has its own type): x is quantized once, or not at all with x_quantized
+// (work already holds it for (n_in, n_tok), see matvec_x_parts), then jobs of one type run as
+// one launch. x (floats) is read by F32/F16 jobs. Otherwise as launch_matvec_multi.
+cudaError_t launch_matvec_jobs(int64_t n_in, const matvec_job* jobs, int n_jobs, const float* x, bool x_quantized,
+                               int n_tok, bool add, void* work, cudaStream_t stream);
+
 // Benchmarks only: overrides of the launch choices (0 / false: the built-in ones). Not
 // thread-safe; production code never calls it.
 struct matvec_tuning {

@@ -15,6 +15,7 @@
 #include "kernels/attention.h"
 #include "kernels/cuda_check.h"
 #include "kernels/layer_ops.h"
+#include "kernels/matvec.h"
 #include "quant/quant.h"
 #include "kernel_test_util.h"
 
@@ -46,6 +47,18 @@ TEST(layer_ops, rms_norm_rope_swiglu) {
     rms_norm(x.data() + t * n, w.data(), ref.data(), n, 1e-6f);
     for (int i = 0; i < n; ++i) ASSERT_NEAR(got[t * n + i], ref[i], 1e-5f * std::fabs(ref[i]) + 1e-6f);
   }
+  // Wide rows take the register-resident kernel (in place too).
+  for (int wide : {1024, 4096, 5120}) {
+    const auto xw = randoms(2 * wide, 7, -3.f, 3.f), ww = randoms(wide, 8, 0.5f, 1.5f);
+    dev<float> dxw(xw), dww(ww);
+    ASSERT_EQ(launch_rms_norm(dxw.p, dww.p, dxw.p, 2, wide, 1e-6f, nullptr), cudaSuccess);
+    const auto gw = dxw.host();
+    std::vector<float> rw(wide);
+    for (int t = 0; t < 2; ++t) {
+      rms_norm(xw.data() + t * wide, ww.data(), rw.data(), wide, 1e-6f);
+      for (int i = 0; i < wide; ++i) ASSERT_NEAR(gw[t * wide + i], rw[i], 1e-5f * std::fabs(rw[i]) + 1e-6f) << wide;
+    }
+  }
   const std::vector<int32_t> pos = {0, 7, 100, 4095, 70000};
   dev<int32_t> dpos(pos);
   for (bool neox : {false, true}) {
@@ -67,6 +80,59 @@ TEST(layer_ops, rms_norm_rope_swiglu) {
   for (int i = 0; i < T * n; ++i) ASSERT_NEAR(got[i], sref[i], 1e-5f * std::fabs(sref[i]) + 1e-7f);
 }
 
+// The fused decode step (per-head RMSNorm, RoPE, K/V store) against the CPU's rms_norm and rope
+// (1e-5, as the separate kernels) and, for the stored rows, the CPU's own conversion of the
+// values the kernel produced: f16 / f32 / q8_0 bytes must match exactly.
+TEST(layer_ops, qk_rope_store_matches_cpu) {
+  REQUIRE_GPU();
+  for (ggml_type ct : {ggml_type::f16, ggml_type::f32, ggml_type::q8_0})
+    for (int D : {64, 128})
+      for (bool norm : {false, true}) {
+        const int T = 3, Hq = 4, Hkv = 2, rope_dim = D == 64 ? 48 : D, n_slots = 11;
+        const bool neox = norm;  // both styles, each with and without the norm
+        const auto q = randoms(size_t(T) * Hq * D, 61), k = randoms(size_t(T) * Hkv * D, 62),
+                   v = randoms(size_t(T) * Hkv * D, 63);
+        const auto qn = randoms(D, 64, 0.5f, 1.5f), kn = randoms(D, 65, 0.5f, 1.5f);
+        const std::vector<int32_t> pos = {5, 900, 70000}, slots = {7, 0, 10};
+        const uint64_t rb = ct == ggml_type::q8_0 ? uint64_t(Hkv) * D / 32 * 34 : uint64_t(Hkv) * D * (ct == ggml_type::f16 ? 2 : 4);
+        dev<float> dq(q), dk(k), dv(v), dqn(qn), dkn(kn);
+        dev<int32_t> dpos(pos), dslots(slots);
+        dev<uint8_t> kc(rb * n_slots), vc(rb * n_slots);
+        qk_rope_store_args a;
+        a.q = dq.p, a.k = dk.p, a.v = dv.p, a.q_norm = norm ? dqn.p : nullptr, a.k_norm = norm ? dkn.p : nullptr;
+        a.eps = 1e-6f, a.pos = dpos.p, a.n_tok = T, a.n_head = Hq, a.n_head_kv = Hkv, a.head_dim = D;
+        a.rope_dim = rope_dim, a.theta = 1e6f, a.neox = neox;
+        a.k_cache = kc.p, a.v_cache = vc.p, a.cache_type = ct, a.slots = dslots.p;
+        ASSERT_EQ(launch_qk_rope_store(a, nullptr), cudaSuccess);
+        const auto gq = dq.host(), gk = dk.host();
+        const auto gkc = kc.host(), gvc = vc.host();
+        const std::string what = std::string(type_name(ct)) + " D " + std::to_string(D) + " norm " + std::to_string(norm);
+        for (int t = 0; t < T; ++t) {
+          for (int which = 0; which < 2; ++which) {
+            const int H = which == 0 ? Hq : Hkv;
+            const auto& src = which == 0 ? q : k;
+            const auto& got = which == 0 ? gq : gk;
+            std::vector<float> r(src.begin() + size_t(t) * H * D, src.begin() + size_t(t + 1) * H * D);
+            if (norm)
+              for (int h = 0; h < H; ++h)
+                rms_norm(r.data() + h * D, (which == 0 ? qn : kn).data(), r.data() + h * D, D, 1e-6f);
+            rope(r.data(), H, D, rope_dim, pos[t], 1e6f, neox ? rope_style::neox : rope_style::normal);
+            for (int i = 0; i < H * D; ++i)
+              ASSERT_NEAR(got[size_t(t) * H * D + i], r[i], 1e-5f * std::fabs(r[i]) + 1e-5f) << what << " t " << t;
+          }
+          // The cache rows: the CPU's conversion of the kernel's k and of v.
+          std::vector<uint8_t> want(rb);
+          for (int which = 0; which < 2; ++which) {
+            const float* row = (which == 0 ? gk.data() : v.data()) + size_t(t) * Hkv * D;
+            quantize_row(ct, row, want.data(), int64_t(Hkv) * D);
+            const auto& cache = which == 0 ? gkc : gvc;
+            for (uint64_t b = 0; b < rb; ++b)
+              ASSERT_EQ(cache[slots[t] * rb + b], want[b]) << what << (which ? " v" : " k") << " t " << t << " byte " << b;
+          }
+        }
+      }
+}
+
 // Embedding rows decode exactly as the CPU's dequantize_row (same float operations: 1e-6).
 TEST(layer_ops, get_rows_and_argmax) {
   REQUIRE_GPU();
@@ -86,16 +152,19 @@ TEST(layer_ops, get_rows_and_argmax) {
       for (int64_t j = 0; j < n; ++j) ASSERT_NEAR(got[i * n + j], ref[j], 1e-6f * std::fabs(ref[j]) + 1e-7f);
     }
   }
-  const int64_t V = 50000;
-  auto logits = randoms(3 * V, 6);
-  logits[V + 123] = 5.f, logits[V + 7] = 5.f;  // a tie: the first index wins
-  dev<float> dl(logits);
-  dev<int32_t> di(size_t(3));
-  ASSERT_EQ(launch_argmax(dl.p, 3, V, di.p, nullptr), cudaSuccess);
-  const auto got = di.host();
-  for (int r = 0; r < 3; ++r) {
-    const auto b = logits.begin() + r * V;
-    EXPECT_EQ(got[r], std::max_element(b, b + V) - b);
+  // 16-byte loads (rows of a multiple of 4) and the scalar scan (odd rows).
+  for (int64_t V : {50000, 50001}) {
+    auto logits = randoms(3 * V, 6);
+    logits[V + 123] = 5.f, logits[V + 7] = 5.f;  // a tie: the first index wins
+    logits[2 * V + V - 1] = 7.f;                  // the largest at the very end
+    dev<float> dl(logits);
+    dev<int32_t> di(size_t(3));
+    ASSERT_EQ(launch_argmax(dl.p, 3, V, di.p, nullptr), cudaSuccess);
+    const auto got = di.host();
+    for (int r = 0; r < 3; ++r) {
+      const auto b = logits.begin() + r * V;
+      EXPECT_EQ(got[r], std::max_element(b, b + V) - b) << "V " << V << " row " << r;
+    }
   }
 }
 
@@ -125,9 +194,34 @@ TEST(attention, paged_matches_attend_head) {
     a.block_tables = dtab.p, a.tok_table = dtt.p, a.tok_pos = dpos.p;
     a.n_tok = T, a.n_head = Hq, a.n_head_kv = Hkv, a.head_dim = D, a.block_size = bs, a.max_blocks = n_blocks;
     a.max_kv = n_kv_max, a.scale = 1.f / std::sqrt(float(D));
+    // Also the int8 copy of out for the next mat-vec, from both the single and the split path.
+    dev<uint8_t> qwork(matvec_work_bytes(int64_t(Hq) * D, T));
+    const matvec_qx qx = matvec_x_parts(qwork.p, int64_t(Hq) * D, T);
+    a.out_q = qx.q, a.out_ds = qx.ds;
     for (bool split : {false, true}) {
       ASSERT_EQ(launch_paged_attention(a, split ? work.p : nullptr, split ? work.n : 0, nullptr), cudaSuccess);
       const auto got = dout.host();
+      const auto qbytes = qwork.host();
+      const auto* gq = reinterpret_cast<const int8_t*>(qbytes.data());
+      const auto* gds = reinterpret_cast<const float2*>(qbytes.data() + (reinterpret_cast<uint8_t*>(qx.ds) - qwork.p));
+      for (int t = 0; t < T; ++t) {
+        if (pos[t] < 0) continue;
+        for (int b = 0; b < Hq * D / 32; ++b) {
+          const float* v = got.data() + size_t(t) * Hq * D + 32 * b;
+          float amax = 0.f;
+          for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
+          const float d = amax / 127.f;
+          int sum = 0;
+          for (int i = 0; i < 32; ++i) {
+            const int q = amax > 0.f ? int(std::nearbyint(v[i] / d)) : 0;
+            sum += q;
+            ASSERT_EQ(gq[size_t(t) * Hq * D + 32 * b + i], q) << "split " << split << " t " << t << " block " << b;
+          }
+          const float2 ds = gds[size_t(t) * Hq * D / 32 + b];
+          ASSERT_EQ(ds.x, d);
+          ASSERT_EQ(ds.y, d * float(sum));
+        }
+      }
       std::vector<const uint8_t*> kr, vr;
       std::vector<float> scores(n_kv_max), tmp(D), ref(D);
       for (int t = 0; t < T; ++t) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/layer_ops.h"
 #include "kernels/matvec.h"
 #include "quant/quant.h"
 #include "kernel_test_util.h"
@@ -172,6 +173,69 @@ TEST_P(matvec_types, fused_outputs_and_add) {
 
 INSTANTIATE_TEST_SUITE_P(all, matvec_types, ::testing::ValuesIn(k_types),
                          [](const auto& info) { return std::string(type_name(info.param)); });
+
+// Q/K/V of mixed types (one with its own type, as Q4_K_M's Q6_K attn_v) from the int8 x that
+// launch_rms_norm_q8 wrote, then gate/up-like and down-like launches (F16 among them, reading
+// the floats) from launch_swiglu_q8's: the producers' floats equal the plain kernels', and the
+// mat-vec outputs pass check_output against that x.
+TEST(matvec, mixed_types_from_quantizing_producers) {
+  REQUIRE_GPU();
+  const int n_tok = 3;
+  const ggml_type types[3] = {ggml_type::q4_k, ggml_type::q6_k, ggml_type::q4_k};
+  const int64_t heights[3] = {96, 40, 33};
+  // 768: the warp-per-block producers; 4096: the register-resident RMSNorm.
+  for (int64_t n_in : {768, 4096})
+  for (int producer = 0; producer < 2; ++producer) {
+    const auto a = randoms(n_in * n_tok, 71, -2.f, 2.f), b = randoms(n_in * n_tok, 72), nw = randoms(n_in, 73, 0.5f, 1.5f);
+    dev<float> da(a), db(b), dnw(nw), dx(size_t(n_in * n_tok)), dplain(size_t(n_in * n_tok));
+    dev<uint8_t> work(matvec_work_bytes(n_in, n_tok));
+    if (producer == 0) {
+      ASSERT_EQ(launch_rms_norm_q8(da.p, dnw.p, dx.p, n_tok, int(n_in), 1e-6f, work.p, nullptr), cudaSuccess);
+      ASSERT_EQ(launch_rms_norm(da.p, dnw.p, dplain.p, n_tok, int(n_in), 1e-6f, nullptr), cudaSuccess);
+    } else {
+      ASSERT_EQ(launch_swiglu_q8(da.p, db.p, dx.p, n_tok, int(n_in), work.p, nullptr), cudaSuccess);
+      ASSERT_EQ(launch_swiglu(da.p, db.p, dplain.p, n_in * n_tok, nullptr), cudaSuccess);
+    }
+    const auto x = dx.host();
+    ASSERT_EQ(x, dplain.host()) << "producer " << producer << " n_in " << n_in;
+    const ggml_type t2 = producer == 0 ? types[1] : ggml_type::f16;  // a float-x job in the second round
+    const ggml_type ts[3] = {types[0], t2, producer == 0 ? types[2] : ggml_type::q8_0};
+    std::vector<std::vector<uint8_t>> qs;
+    std::vector<std::unique_ptr<dev<uint8_t>>> dw;
+    std::vector<std::unique_ptr<dev<float>>> dy;
+    std::vector<std::vector<float>> y0;
+    matvec_job js[3];
+    for (int j = 0; j < 3; ++j) {
+      qs.push_back(quantize_matrix(ts[j], randoms(n_in * heights[j], 81 + j), n_in, heights[j]));
+      y0.push_back(randoms(size_t(n_tok * heights[j]), 91 + j));
+      dw.push_back(std::make_unique<dev<uint8_t>>(qs[j]));
+      dy.push_back(std::make_unique<dev<float>>(y0[j]));
+      js[j] = {ts[j], dw[j]->p, heights[j], dy[j]->p};
+    }
+    const bool add = producer == 1;
+    ASSERT_EQ(launch_matvec_jobs(n_in, js, 3, dx.p, true, n_tok, add, work.p, nullptr), cudaSuccess);
+    for (int j = 0; j < 3; ++j) {
+      const auto y = dy[j]->host();
+      const auto deq = dequantize_matrix(ts[j], qs[j], n_in, heights[j]);
+      const uint64_t rb = *row_bytes(ts[j], n_in);
+      for (int tk = 0; tk < n_tok; ++tk) {
+        const auto xs = quantize_x(x.data() + tk * n_in, n_in, int8_activations(ts[j]));
+        const std::string what = "producer " + std::to_string(producer) + " " + std::string(type_name(ts[j])) +
+                                 " out " + std::to_string(j) + " tok " + std::to_string(tk);
+        for (int64_t o = 0; o < heights[j]; ++o)
+          check_output(ts[j], qs[j].data() + o * rb, deq[o], xs, x.data() + tk * n_in, n_in, y[tk * heights[j] + o],
+                       add ? y0[j][tk * heights[j] + o] : 0.f, what.c_str(), o);
+      }
+    }
+  }
+  dev<float> x(size_t(64));
+  dev<uint8_t> work(matvec_work_bytes(64, 1));
+  EXPECT_EQ(launch_rms_norm_q8(x.p, x.p, x.p, 1, 48, 1e-6f, work.p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_rms_norm_q8(x.p, x.p, x.p, 9, 32, 1e-6f, work.p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_swiglu_q8(x.p, x.p, x.p, 1, 64, nullptr, nullptr), cudaErrorInvalidValue);
+  const matvec_job bad = {ggml_type::bf16, work.p, 4, x.p};
+  EXPECT_EQ(launch_matvec_jobs(64, &bad, 1, x.p, true, 1, false, work.p, nullptr), cudaErrorInvalidValue);
+}
 
 TEST(matvec, rejects_bad_arguments) {
   REQUIRE_GPU();

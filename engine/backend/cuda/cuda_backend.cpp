@@ -174,7 +174,7 @@ class cuda_backend final : public cuda_stage {
   status clear_partial();
   status reduce_partial();
   bool adds_residual() const { return !comm_ || range_.embedding; }
-  status attention(uint32_t il, cuda_kv_cache& cache);
+  status attention(uint32_t il, cuda_kv_cache& cache, bool quantize_out = false);
   status attention_gemm(uint32_t il, cuda_kv_cache& cache, const token_run& r);
   status matmul(const device_matrix& w, const float* x, int n_tok, float* y);
   struct matmul_job {
@@ -182,6 +182,8 @@ class cuda_backend final : public cuda_stage {
     float* y;
   };
   status matmul_fused(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add);
+  bool matvec_ready(std::initializer_list<const device_matrix*> ws, int n_tok) const;
+  status matvec_quantized(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add);
   const int32_t* dev_ints(size_t off) const { return ints_.get<int32_t>() + off; }
 
   model_desc desc_;
@@ -453,6 +455,25 @@ status cuda_backend::matmul_fused(std::initializer_list<matmul_job> jobs, const 
   return {};
 }
 
+// Decode-sized steps whose matrices all take the mat-vec: their x comes quantized from the kernel
+// that produces it (RMSNorm, SwiGLU) and matrices of different types share that one copy.
+bool cuda_backend::matvec_ready(std::initializer_list<const device_matrix*> ws, int n_tok) const {
+  if (n_tok > k_matvec_max_tokens) return false;
+  for (const device_matrix* w : ws)
+    if (!gpu_can_matvec(w->type) || w->n_in % 32 != 0 || w->n_in != (*ws.begin())->n_in) return false;
+  return true;
+}
+
+// y = W·x (or y += W·x) for each job from the int8 copy of x already in matvec_work_.
+status cuda_backend::matvec_quantized(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add) {
+  matvec_job js[k_matvec_max_outputs];
+  int n = 0;
+  for (const auto& j : jobs) js[n++] = {j.w->type, j.w->data, j.w->n_out, j.y};
+  TANDEM_CUDA_TRY(launch_matvec_jobs(jobs.begin()->w->n_in, js, n, x, true, n_tok, add, matvec_work_.get(),
+                                     ctx_->stream()));
+  return {};
+}
+
 // One layer. In a tensor split each device computes its heads' and FFN columns' share of the
 // attention and FFN outputs; the sum over devices is what one GPU would add to x.
 status cuda_backend::layer(uint32_t il, cuda_kv_cache& cache) {
@@ -483,25 +504,45 @@ status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
   const int QD = int(hp.n_head) * D, KD = int(hp.n_head_kv) * D;
   float *x = x_.get<float>(), *xn = xn_.get<float>(), *q = q_.get<float>(), *k = k_.get<float>(),
         *v = v_.get<float>();
-  TANDEM_CUDA_TRY(launch_rms_norm(x, L.attn_norm, xn, T, E, hp.rms_eps, s));
-  TANDEM_TRY(matmul_fused({{&L.wq, q}, {&L.wk, k}, {&L.wv, v}}, xn, T, false));
+  void* work = matvec_work_.get();
+  if (matvec_ready({&L.wq, &L.wk, &L.wv}, T)) {
+    TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp.rms_eps, work, s));
+    TANDEM_TRY(matvec_quantized({{&L.wq, q}, {&L.wk, k}, {&L.wv, v}}, xn, T, false));
+  } else {
+    TANDEM_CUDA_TRY(launch_rms_norm(x, L.attn_norm, xn, T, E, hp.rms_eps, s));
+    TANDEM_TRY(matmul_fused({{&L.wq, q}, {&L.wk, k}, {&L.wv, v}}, xn, T, false));
+  }
   if (L.bq) {
     TANDEM_CUDA_TRY(launch_add_bias(q, L.bq, T, QD, s));
     TANDEM_CUDA_TRY(launch_add_bias(k, L.bk, T, KD, s));
     TANDEM_CUDA_TRY(launch_add_bias(v, L.bv, T, KD, s));
   }
-  if (L.q_norm) {
-    TANDEM_CUDA_TRY(launch_rms_norm(q, L.q_norm, q, int64_t(T) * hp.n_head, D, hp.rms_eps, s));
-    TANDEM_CUDA_TRY(launch_rms_norm(k, L.k_norm, k, int64_t(T) * hp.n_head_kv, D, hp.rms_eps, s));
-  }
   const bool neox = desc_.arch->flags.rope == rope_style::neox;
   const int32_t* pos = dev_ints(plan_.off_pos);
-  TANDEM_CUDA_TRY(launch_rope(q, pos, T, int(hp.n_head), D, int(hp.rope_dim), hp.rope_theta, neox, s));
-  TANDEM_CUDA_TRY(launch_rope(k, pos, T, int(hp.n_head_kv), D, int(hp.rope_dim), hp.rope_theta, neox, s));
-  TANDEM_CUDA_TRY(launch_store_kv(k, v, cache.k_layer(il), cache.v_layer(il), cache.config().type,
-                                  dev_ints(plan_.off_slots), T, KD, s));
-  TANDEM_TRY(attention(il, cache));
-  return matmul_fused({{&L.wo, x}}, att_.get<float>(), T, adds_residual());  // x += wo·att
+  if (T <= k_matvec_max_tokens) {  // decode: norms, RoPE and the KV store as one launch
+    qk_rope_store_args a;
+    a.q = q, a.k = k, a.v = v;
+    a.q_norm = L.q_norm, a.k_norm = L.q_norm ? L.k_norm : nullptr, a.eps = hp.rms_eps;
+    a.pos = pos, a.n_tok = T, a.n_head = int(hp.n_head), a.n_head_kv = int(hp.n_head_kv), a.head_dim = D;
+    a.rope_dim = int(hp.rope_dim), a.theta = hp.rope_theta, a.neox = neox;
+    a.k_cache = cache.k_layer(il), a.v_cache = cache.v_layer(il), a.cache_type = cache.config().type;
+    a.slots = dev_ints(plan_.off_slots);
+    TANDEM_CUDA_TRY(launch_qk_rope_store(a, s));
+  } else {
+    if (L.q_norm) {
+      TANDEM_CUDA_TRY(launch_rms_norm(q, L.q_norm, q, int64_t(T) * hp.n_head, D, hp.rms_eps, s));
+      TANDEM_CUDA_TRY(launch_rms_norm(k, L.k_norm, k, int64_t(T) * hp.n_head_kv, D, hp.rms_eps, s));
+    }
+    TANDEM_CUDA_TRY(launch_rope(q, pos, T, int(hp.n_head), D, int(hp.rope_dim), hp.rope_theta, neox, s));
+    TANDEM_CUDA_TRY(launch_rope(k, pos, T, int(hp.n_head_kv), D, int(hp.rope_dim), hp.rope_theta, neox, s));
+    TANDEM_CUDA_TRY(launch_store_kv(k, v, cache.k_layer(il), cache.v_layer(il), cache.config().type,
+                                    dev_ints(plan_.off_slots), T, KD, s));
+  }
+  // Decode steps whose tokens all take the paged kernel get att's int8 copy from it.
+  const bool att_q8 = plan_.runs.empty() && matvec_ready({&L.wo}, T);
+  TANDEM_TRY(attention(il, cache, att_q8));
+  if (att_q8) return matvec_quantized({{&L.wo, x}}, att_.get<float>(), T, adds_residual());  // x += wo·att
+  return matmul_fused({{&L.wo, x}}, att_.get<float>(), T, adds_residual());
 }
 
 status cuda_backend::ffn_block(uint32_t il) {
@@ -510,13 +551,20 @@ status cuda_backend::ffn_block(uint32_t il) {
   const cudaStream_t s = ctx_->stream();
   const int T = plan_.n_tok, E = int(hp.n_embd);
   float *x = x_.get<float>(), *xn = xn_.get<float>(), *g = gate_.get<float>(), *u = up_.get<float>();
+  void* work = matvec_work_.get();
+  if (matvec_ready({&L.gate, &L.up}, T) && matvec_ready({&L.down}, T)) {
+    TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.ffn_norm, xn, T, E, hp.rms_eps, work, s));
+    TANDEM_TRY(matvec_quantized({{&L.gate, g}, {&L.up, u}}, xn, T, false));
+    TANDEM_CUDA_TRY(launch_swiglu_q8(g, u, g, T, int(hp.n_ff), work, s));
+    return matvec_quantized({{&L.down, x}}, g, T, adds_residual());  // x += down·swiglu
+  }
   TANDEM_CUDA_TRY(launch_rms_norm(x, L.ffn_norm, xn, T, E, hp.rms_eps, s));
   TANDEM_TRY(matmul_fused({{&L.gate, g}, {&L.up, u}}, xn, T, false));
   TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * hp.n_ff, s));
   return matmul_fused({{&L.down, x}}, g, T, adds_residual());  // x += down·swiglu
 }
 
-status cuda_backend::attention(uint32_t il, cuda_kv_cache& cache) {
+status cuda_backend::attention(uint32_t il, cuda_kv_cache& cache, bool quantize_out) {
   for (const auto& r : plan_.runs) TANDEM_TRY(attention_gemm(il, cache, r));
   if (!plan_.any_paged) return {};
   const auto& hp = hp_;
@@ -537,6 +585,10 @@ status cuda_backend::attention(uint32_t il, cuda_kv_cache& cache) {
   a.max_blocks = plan_.max_blocks;
   a.max_kv = plan_.paged_max_kv;
   a.scale = 1.f / std::sqrt(float(hp.head_dim));
+  if (quantize_out) {
+    const matvec_qx qx = matvec_x_parts(matvec_work_.get(), int64_t(a.n_head) * a.head_dim, a.n_tok);
+    a.out_q = qx.q, a.out_ds = qx.ds;
+  }
   // Split partials are only used when there are few (token, head) pairs: size for that case.
   const int pairs = std::min(plan_.n_tok * a.n_head, 1024);
   TANDEM_TRY(attn_work_.ensure(paged_attention_work_floats(1, pairs, a.head_dim, 32) * sizeof(float)));

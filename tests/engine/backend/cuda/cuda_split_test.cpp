@@ -1,9 +1,12 @@
 // A layer split over several CUDA stages gives the same logits as the whole model on one GPU:
 // prefill, decode, two sequences, argmax. With one GPU every stage is on device 0 (separate
 // contexts), which checks the split's bookkeeping; with two the stages alternate between them.
-// Skips without a CUDA device.
+// A tensor split (two GPUs and NCCL) gives them within float summation order. Skips without the
+// devices it needs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "backend/cuda/cuda_backend.h"
@@ -124,6 +127,96 @@ TEST(cuda_layer_split, bad_options_are_errors) {
   bt.add(1, 0, 0, true);
   std::vector<float> l;
   EXPECT_FALSE((*a)->forward(bt, **cache, l).ok());
+}
+
+// A tensor split's shares: device 0 (the lead) takes the first kv0 KV heads and ffn0 FFN columns.
+struct tensor_case {
+  uint32_t n_head_kv, kv0;
+  uint64_t ffn0;
+  const char* name;
+};
+
+double worst_rel(const std::vector<float>& ref, const std::vector<float>& got) {
+  double worst = 0, scale = 0;
+  for (float v : ref) scale = std::max(scale, double(std::fabs(v)));
+  for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(double(ref[i]) - got[i]));
+  return worst / std::max(scale, 1e-30);
+}
+
+class cuda_tensor_split : public ::testing::TestWithParam<tensor_case> {};
+
+// The same steps as expect_same; the sums over devices add the partial products in another
+// order, so logits agree to float rounding (1e-4 of the largest), not bit for bit.
+TEST_P(cuda_tensor_split, logits_match_one_gpu) {
+  if (cuda_backend_device_count() < 2) GTEST_SKIP() << "the tensor split needs two CUDA devices";
+  const tensor_case& c = GetParam();
+  auto o = test::cuda_tiny_options("qwen3", ggml_type::q8_0, 23, 3);
+  o.hp.n_head_kv = c.n_head_kv;
+  o.hp.n_head = c.n_head_kv == 2 ? 4 : c.n_head_kv;  // head sizes 64 and 32
+  o.hp.head_dim = o.hp.rope_dim = 256 / o.hp.n_head;
+  auto m = test::make_tiny_model(o);
+  ASSERT_TRUE(m.ok()) << m.message();
+  const auto& hp = (*m)->desc.hp;
+  cuda_backend_options opt;
+  opt.devices = {0, 1};
+  opt.tensor_shares = {{0, c.kv0, 0, c.ffn0, true}, {c.kv0, hp.n_head_kv, c.ffn0, hp.n_ff, false}};
+  for (ggml_type kv : {ggml_type::f16, ggml_type::q8_0}) {
+    side whole = make_side((*m)->desc, {}, kv), split = make_side((*m)->desc, opt, kv);
+    ASSERT_TRUE(whole.cache && split.cache);
+    EXPECT_EQ(split.cache->bytes(), whole.cache->bytes());
+    std::mt19937 rng(5);
+    batch b;
+    for (int i = 0; i < 40; ++i) b.add(int32_t(rng() % 96), 0, i, i % 8 == 7);
+    for (int i = 0; i < 3; ++i) b.add(int32_t(rng() % 96), 1, i, true);
+    for (int step = 0; step < 20; ++step) {
+      std::vector<float> a, g;
+      ASSERT_TRUE(whole.be->forward(b, *whole.cache, a).ok());
+      auto st = split.be->forward(b, *split.cache, g);
+      ASSERT_TRUE(st.ok()) << st.message();
+      ASSERT_EQ(a.size(), g.size());
+      EXPECT_LT(worst_rel(a, g), 1e-4) << c.name << " step " << step;
+      b.clear();
+      b.add(int32_t(rng() % 96), 0, 40 + step, true);
+      b.add(int32_t(rng() % 96), 1, 3 + step, true);
+    }
+    std::vector<int32_t> ia, ig;
+    ASSERT_TRUE(whole.be->forward_argmax(b, *whole.cache, ia).ok());
+    ASSERT_TRUE(split.be->forward_argmax(b, *split.cache, ig).ok());
+    EXPECT_EQ(ia, ig);
+  }
+}
+
+// 1:1, about 1:1.75 and 1:2 (3 of 8 KV heads), a lead without heads, a device without FFN columns.
+INSTANTIATE_TEST_SUITE_P(shares, cuda_tensor_split,
+                         ::testing::Values(tensor_case{2, 1, 256, "1:1"}, tensor_case{8, 3, 192, "3:5 heads"},
+                                           tensor_case{8, 3, 160, "1:2 FFN"}, tensor_case{2, 0, 224, "lead no heads"},
+                                           tensor_case{2, 1, 512, "no FFN on 1"}),
+                         [](const auto& info) { return "case" + std::to_string(info.index); });
+
+TEST(cuda_tensor_split, bad_shares_are_errors) {
+  if (cuda_backend_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  auto m = model(2);
+  ASSERT_TRUE(m);
+  cuda_backend_options opt;
+  opt.devices = {0, 1};
+  opt.tensor_shares = {{0, 1, 0, 256, true}, {1, 2, 256, 500, false}};
+  auto be = make_cuda_backend(m->desc, opt);
+  ASSERT_FALSE(be.ok());
+  EXPECT_NE(be.message().find("500 of 512 FFN columns"), std::string::npos) << be.message();
+  opt.tensor_shares = {{0, 1, 0, 256, false}, {1, 2, 256, 512, false}};
+  be = make_cuda_backend(m->desc, opt);
+  ASSERT_FALSE(be.ok());
+  EXPECT_NE(be.message().find("exactly one device must be the lead"), std::string::npos) << be.message();
+  opt.tensor_shares = {{0, 1, 0, 256, true}, {1, 2, 256, 512, false}};
+  opt.devices = {0, 0};
+  be = make_cuda_backend(m->desc, opt);
+  ASSERT_FALSE(be.ok());
+  EXPECT_NE(be.message().find("distinct devices"), std::string::npos) << be.message();
+  // A cut that splits a quantization block is refused before anything runs.
+  opt.devices = {0, 1};
+  opt.tensor_shares = {{0, 1, 0, 100, true}, {1, 2, 100, 512, false}};
+  be = make_cuda_backend(m->desc, opt);
+  ASSERT_FALSE(be.ok());
 }
 
 }  // namespace

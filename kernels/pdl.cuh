@@ -1,0 +1,59 @@
+// Programmatic dependent launch (sm_90+) for the decode chain: a kernel launched with
+// launch_pdl may start while its predecessor on the stream finishes, so it must call pdl_wait()
+// before it reads anything an earlier kernel wrote (or writes anything an earlier one reads).
+// Below sm_90 both device calls are no-ops and launch_pdl is an ordinary launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+
+namespace tandem {
+
+// Blocks until the grids this one depends on have finished and their writes are visible.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel on the stream (if launched with launch_pdl) start its launch now.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+// Whether the current device runs programmatic dependent launches (compute capability 9+),
+// cached per device.
+inline bool pdl_supported() {
+  constexpr int k_max_devices = 64;
+  static std::atomic<int> cache[k_max_devices];  // 0 unknown, 1 no, 2 yes
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= k_max_devices) return false;
+  int v = cache[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    v = major >= 9 ? 2 : 1;
+    cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v == 2;
+}
+
+// Launches kernel<<<grid, block, 0, s>>>(args...) as a programmatic dependent of the previous
+// work on s where the device supports it. The kernel must call pdl_wait() first (see above).
+template <class... P, class... A>
+cudaError_t launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s, A&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  if (pdl_supported()) cfg.attrs = attr, cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...);
+}
+
+}  // namespace tandem
