@@ -218,7 +218,7 @@ cudaError_t launch_rows(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
-  if (f.pdl && !g_tuning.no_pdl) cfg.attrs = attr, cfg.numAttrs = 1;
+  if (f.pdl && pdl_supported() && !g_tuning.no_pdl) cfg.attrs = attr, cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, jb, n_blocks, row_bytes, xs, n_tok, add);
 }
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdlib>
 
 namespace tandem {
 
@@ -25,8 +26,14 @@ __device__ __forceinline__ void pdl_trigger() {
 }
 
 // Whether the current device runs programmatic dependent launches (compute capability 9+),
-// cached per device.
+// cached per device; TANDEM_CUDA_PDL=0 in the environment turns them off (to measure or rule
+// them out).
 inline bool pdl_supported() {
+  static const bool off = [] {
+    const char* e = std::getenv("TANDEM_CUDA_PDL");
+    return e && e[0] == '0' && e[1] == 0;
+  }();
+  if (off) return false;
   constexpr int k_max_devices = 64;
   static std::atomic<int> cache[k_max_devices];  // 0 unknown, 1 no, 2 yes
   int dev = 0;

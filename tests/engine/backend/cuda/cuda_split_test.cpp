@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "backend/cuda/cuda_backend.h"
@@ -145,44 +146,63 @@ double worst_rel(const std::vector<float>& ref, const std::vector<float>& got) {
 
 class cuda_tensor_split : public ::testing::TestWithParam<tensor_case> {};
 
-// The same steps as expect_same; the sums over devices add the partial products in another
-// order, so logits agree to float rounding (1e-4 of the largest), not bit for bit.
+// The same kind of steps as expect_same, for F32 and Q8_0 weights. The sums over devices add the
+// partial products in another order, so x differs from one GPU's in its last bits, and where x
+// is rounded for the kernels (fp16 for prefill GEMMs, int8 blocks for quantized mat-vecs) a
+// value near a rounding boundary may round the other way. F32 decode has no such rounding:
+// 1e-4 with an F16 KV cache (summation order only: 7e-6 seen on the H200 x2); a Q8_0 cache
+// rounds K/V to int8 blocks (1.3e-3 to 2.5e-3 seen). Otherwise the bounds the CUDA-vs-CPU tests
+// use: 1e-2 for fp16 prefill, 3e-2 for int8 rounding.
 TEST_P(cuda_tensor_split, logits_match_one_gpu) {
   if (cuda_backend_device_count() < 2) GTEST_SKIP() << "the tensor split needs two CUDA devices";
   const tensor_case& c = GetParam();
-  auto o = test::cuda_tiny_options("qwen3", ggml_type::q8_0, 23, 3);
-  o.hp.n_head_kv = c.n_head_kv;
-  o.hp.n_head = c.n_head_kv == 2 ? 4 : c.n_head_kv;  // head sizes 64 and 32
-  o.hp.head_dim = o.hp.rope_dim = 256 / o.hp.n_head;
-  auto m = test::make_tiny_model(o);
-  ASSERT_TRUE(m.ok()) << m.message();
-  const auto& hp = (*m)->desc.hp;
-  cuda_backend_options opt;
-  opt.devices = {0, 1};
-  opt.tensor_shares = {{0, c.kv0, 0, c.ffn0, true}, {c.kv0, hp.n_head_kv, c.ffn0, hp.n_ff, false}};
-  for (ggml_type kv : {ggml_type::f16, ggml_type::q8_0}) {
-    side whole = make_side((*m)->desc, {}, kv), split = make_side((*m)->desc, opt, kv);
-    ASSERT_TRUE(whole.cache && split.cache);
-    EXPECT_EQ(split.cache->bytes(), whole.cache->bytes());
-    std::mt19937 rng(5);
-    batch b;
-    for (int i = 0; i < 40; ++i) b.add(int32_t(rng() % 96), 0, i, i % 8 == 7);
-    for (int i = 0; i < 3; ++i) b.add(int32_t(rng() % 96), 1, i, true);
-    for (int step = 0; step < 20; ++step) {
-      std::vector<float> a, g;
-      ASSERT_TRUE(whole.be->forward(b, *whole.cache, a).ok());
-      auto st = split.be->forward(b, *split.cache, g);
-      ASSERT_TRUE(st.ok()) << st.message();
-      ASSERT_EQ(a.size(), g.size());
-      EXPECT_LT(worst_rel(a, g), 1e-4) << c.name << " step " << step;
-      b.clear();
-      b.add(int32_t(rng() % 96), 0, 40 + step, true);
-      b.add(int32_t(rng() % 96), 1, 3 + step, true);
+  for (ggml_type wt : {ggml_type::f32, ggml_type::q8_0}) {
+    auto o = test::cuda_tiny_options("qwen3", wt, 23, 3);
+    o.hp.n_head_kv = c.n_head_kv;
+    o.hp.n_head = c.n_head_kv == 2 ? 4 : c.n_head_kv;  // head sizes 64 and 32
+    o.hp.head_dim = o.hp.rope_dim = 256 / o.hp.n_head;
+    auto m = test::make_tiny_model(o);
+    ASSERT_TRUE(m.ok()) << m.message();
+    const auto& hp = (*m)->desc.hp;
+    cuda_backend_options opt;
+    opt.devices = {0, 1};
+    opt.tensor_shares = {{0, c.kv0, 0, c.ffn0, true}, {c.kv0, hp.n_head_kv, c.ffn0, hp.n_ff, false}};
+    for (ggml_type kv : {ggml_type::f16, ggml_type::q8_0}) {
+      const bool exact = wt == ggml_type::f32 && kv == ggml_type::f16;  // no int8 rounding anywhere
+      const double prefill_tol = wt == ggml_type::f32 ? 1e-2 : 3e-2, decode_tol = exact ? 1e-4 : 3e-2;
+      side whole = make_side((*m)->desc, {}, kv), split = make_side((*m)->desc, opt, kv);
+      ASSERT_TRUE(whole.cache && split.cache);
+      EXPECT_EQ(split.cache->bytes(), whole.cache->bytes());
+      std::mt19937 rng(5);
+      batch b;
+      // F32: a mat-vec-sized first batch, so that no fp16 rounding enters the KV cache and the
+      // decode steps see summation order alone; Q8_0: a GEMM-path prefill.
+      const int n0 = wt == ggml_type::f32 ? 5 : 40;
+      for (int i = 0; i < n0; ++i) b.add(int32_t(rng() % 96), 0, i, i % 8 == 7 || i + 1 == n0);
+      for (int i = 0; i < 3; ++i) b.add(int32_t(rng() % 96), 1, i, true);
+      double worst_decode = 0;
+      for (int step = 0; step < 20; ++step) {
+        std::vector<float> a, g;
+        ASSERT_TRUE(whole.be->forward(b, *whole.cache, a).ok());
+        auto st = split.be->forward(b, *split.cache, g);
+        ASSERT_TRUE(st.ok()) << st.message();
+        ASSERT_EQ(a.size(), g.size());
+        const double e = worst_rel(a, g);
+        if (step > 0) worst_decode = std::max(worst_decode, e);
+        EXPECT_LT(e, step == 0 && n0 > 8 ? prefill_tol : decode_tol) << c.name << " " << type_name(wt) << " step " << step;
+        b.clear();
+        b.add(int32_t(rng() % 96), 0, n0 + step, true);
+        b.add(int32_t(rng() % 96), 1, 3 + step, true);
+      }
+      std::printf("  %s, %s weights, %s KV: worst decode rel err %.3g\n", c.name, type_name(wt).data(),
+                  type_name(kv).data(), worst_decode);
+      if (exact) {  // argmax only where rounding cannot pick another token
+        std::vector<int32_t> ia, ig;
+        ASSERT_TRUE(whole.be->forward_argmax(b, *whole.cache, ia).ok());
+        ASSERT_TRUE(split.be->forward_argmax(b, *split.cache, ig).ok());
+        EXPECT_EQ(ia, ig);
+      }
     }
-    std::vector<int32_t> ia, ig;
-    ASSERT_TRUE(whole.be->forward_argmax(b, *whole.cache, ia).ok());
-    ASSERT_TRUE(split.be->forward_argmax(b, *split.cache, ig).ok());
-    EXPECT_EQ(ia, ig);
   }
 }
 
