@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   eo.gpu = cfg.gpu;
   eo.gpus = cfg.gpus;
   eo.ratios = cfg.ratios;
+  eo.split = cfg.split;
+  eo.model_split = cfg.model_split;
   eo.model_gpus = cfg.model_gpus;
   eo.model_ratios = cfg.model_ratios;
   eo.threads = cfg.threads;

@@ -55,7 +55,7 @@ namespace {
 // Values CLI11 keeps as text and finish() converts.
 struct raw_options {
   std::vector<std::string> models;
-  std::vector<std::string> model_gpus, model_ratios;  // NAME=VALUE
+  std::vector<std::string> model_gpus, model_ratios, model_split;  // NAME=VALUE
   std::string memory_budget = "0";
 };
 
@@ -82,13 +82,17 @@ void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
   app.add_option("--gpu", c.gpu, "CUDA device that serves models (-1: the CPU backend)")
       ->check(CLI::Range(-1, 1023))->capture_default_str();
   app.add_option("--gpus", c.gpus,
-                 "Several CUDA devices, each model split by layer ranges over them, e.g. 0,1 or "
-                 "0=16GiB,1=32GiB (caps); a model whose memory plan does not fit is refused (overrides --gpu)");
-  app.add_option("--ratios", c.ratios, "With --gpus: layers per device in these proportions, e.g. 1,1.75 "
+                 "Several CUDA devices, each model split over them, e.g. 0,1 or 0=16GiB,1=32GiB (caps); "
+                 "a model whose memory plan does not fit is refused (overrides --gpu)");
+  app.add_option("--ratios", c.ratios, "With --gpus: each device's share in these proportions, e.g. 1,1.75 "
                                        "(default: the memory plan's balance)");
+  app.add_option("--split", c.split, "With --gpus: layer (contiguous layer ranges) or tensor (every layer cut "
+                                     "by KV heads and FFN columns, NCCL all-reduces)")
+      ->check(CLI::IsMember({"layer", "tensor"}))->capture_default_str();
   app.add_option("--model-gpus", raw.model_gpus,
                  "Per model: NAME=LIST, that alias's devices instead of --gpus (e.g. big=0=16GiB,1=32GiB)");
-  app.add_option("--model-ratios", raw.model_ratios, "Per model: NAME=R, that alias's layer ratios (e.g. big=1,1.75)");
+  app.add_option("--model-ratios", raw.model_ratios, "Per model: NAME=R, that alias's ratios (e.g. big=1,1.75)");
+  app.add_option("--model-split", raw.model_split, "Per model: NAME=layer|tensor, that alias's split (e.g. big=tensor)");
   app.add_option("--threads", c.threads, "CPU backend threads per model (0: all cores)")->capture_default_str();
   app.add_option("--context", c.context, "KV cache tokens per model")->check(CLI::Range(16u, 1u << 24))
       ->capture_default_str();
@@ -141,6 +145,10 @@ parse_outcome finish(CLI::App& app, daemon_config c, const raw_options& raw) {
   };
   if (auto e = per_model(raw.model_gpus, "--model-gpus", c.model_gpus)) return usage_error(*e);
   if (auto e = per_model(raw.model_ratios, "--model-ratios", c.model_ratios)) return usage_error(*e);
+  if (auto e = per_model(raw.model_split, "--model-split", c.model_split)) return usage_error(*e);
+  for (const auto& [name, split] : c.model_split)
+    if (split != "layer" && split != "tensor")
+      return usage_error("--model-split '" + name + "=" + split + "': the split is layer or tensor");
   auto budget = parse_byte_size(raw.memory_budget, "--memory-budget");
   if (!budget) return usage_error(budget.message());
   c.memory_budget = *budget;

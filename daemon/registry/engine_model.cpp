@@ -173,6 +173,7 @@ result<std::unique_ptr<served_model>> load_engine_model(const std::string& path,
   io.gpu = opt.gpu;
   io.gpus = opt.gpus;
   io.ratios = opt.ratios;
+  io.split = opt.split;
   io.n_threads = opt.threads;
   io.cache.n_ctx = cache_tokens(model->desc, opt);  // the memory plan of a split sizes this cache
   auto be = make_backend(model->desc, io);
@@ -195,6 +196,7 @@ engine_options engine_options::for_alias(const std::string& alias) const {
   } else if (auto r = model_ratios.find(alias); r != model_ratios.end()) {
     o.ratios = r->second;
   }
+  if (auto s = model_split.find(alias); s != model_split.end()) o.split = s->second;
   return o;
 }
 

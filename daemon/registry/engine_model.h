@@ -11,15 +11,16 @@ namespace tandem::daemon {
 
 struct engine_options {
   int gpu = -1;                     // CUDA device to serve from; -1: the CPU backend
-  std::string gpus, ratios;         // layer split over several devices (instance_options)
+  std::string gpus, ratios;         // a split over several devices (instance_options)
+  std::string split;                // with gpus: layer (default) or tensor
   unsigned threads = 0;             // CPU backend threads; 0: all cores
   std::uint32_t context = 4096;     // KV cache tokens per sequence (capped by the model's own)
   std::string chat_format;          // empty: from the model's template
   std::uint32_t prefill_chunk = 256;  // prompt tokens per forward pass; cancel is checked between
   double stall_timeout_s = 300;     // a forward pass longer than this makes the model unhealthy; 0: never
-  // Per alias: its own devices / ratios instead of gpus / ratios above (an alias named in
-  // model_gpus and not in model_ratios gets the plan's default ratios).
-  std::map<std::string, std::string> model_gpus, model_ratios;
+  // Per alias: its own devices / ratios / split instead of gpus / ratios / split above (an
+  // alias named in model_gpus and not in model_ratios gets the plan's default ratios).
+  std::map<std::string, std::string> model_gpus, model_ratios, model_split;
 
   // The options an alias is loaded with.
   engine_options for_alias(const std::string& alias) const;

@@ -308,8 +308,8 @@ TEST_F(TandemModel, RunOnAMissingGpuIsAnError) {
   EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
-// A layer split over GPUs that are not there fails before any work, naming what is missing
-// (a CPU build: no CUDA backend; a CUDA build: the device id), as do bad --gpus / --ratios text.
+// A split over GPUs that are not there fails before any work, naming what is missing (a CPU
+// build: no CUDA backend; a CUDA build: the device id), as do bad --gpus / --ratios / --split text.
 TEST_F(TandemModel, LayerSplitOverMissingGpusIsAnError) {
   const std::string m = make("split.gguf", "--preset tiny");
   run_result r = run("run -m " + m + " -p hello -n 2 --gpus 1000,1001");
@@ -319,6 +319,12 @@ TEST_F(TandemModel, LayerSplitOverMissingGpusIsAnError) {
   r = run("perplexity -m " + m + " -f " + m + " --gpus 0,1 --ratios 1,-2");
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(has(r.err, "no CUDA backend") || has(r.err, "--ratios")) << r.err;
+  r = run("logits -m " + m + " --tokens 1,2 --gpus 0,1 --split rows");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(has(r.err, "no CUDA backend") || has(r.err, "unknown split 'rows'")) << r.err;
+  r = run("run -m " + m + " -p hello -n 2 --gpus 0,1 --split none");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(has(r.err, "no CUDA backend") || has(r.err, "--split none")) << r.err;
 }
 
 // The 6 GB qwen3-8b Q6_K check is too slow for CI; set TANDEM_SLOW_TESTS=1 to run it.

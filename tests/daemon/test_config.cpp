@@ -92,7 +92,7 @@ TEST(daemon_config, every_usage_error_exits_2) {
 // by alias, falling back to gpus / ratios.
 TEST(daemon_config, per_model_devices) {
   config_file f("gpus = \"0,1\"\nmodel-gpus = [\"big=0=16GiB,1=32GiB\", \"small=1\"]\n"
-                "model-ratios = [\"big=1,1.75\"]\n");
+                "model-ratios = [\"big=1,1.75\"]\nmodel-split = [\"big=tensor\"]\n");
   auto r = parse({"--config", f.path});
   ASSERT_FALSE(r.exit_now) << r.output;
   EXPECT_EQ(r.config.model_gpus.at("big"), "0=16GiB,1=32GiB");
@@ -109,6 +109,20 @@ TEST(daemon_config, per_model_devices) {
   EXPECT_EQ(eo.for_alias("small").ratios, "");  // its own devices: the plan's default ratios
   EXPECT_EQ(eo.for_alias("other").gpus, "0,1");
   EXPECT_EQ(eo.for_alias("other").ratios, "2,1");
+  EXPECT_EQ(r.config.split, "layer");
+  eo.split = r.config.split;
+  eo.model_split = r.config.model_split;
+  EXPECT_EQ(eo.for_alias("big").split, "tensor");
+  EXPECT_EQ(eo.for_alias("other").split, "layer");
+}
+
+TEST(daemon_config, bad_split_is_a_usage_error) {
+  for (const char* text : {"split = \"rows\"\n", "model-split = [\"big=rows\"]\n"}) {
+    config_file f(text);
+    auto r = parse({"--config", f.path});
+    EXPECT_TRUE(r.exit_now) << text;
+    EXPECT_EQ(r.exit_code, exit_usage) << text;
+  }
 }
 
 TEST(daemon_config, memory_budget_sizes) {
