@@ -287,11 +287,20 @@ std::string state_of(const model_registry& reg, const std::string& alias) {
   return "absent";
 }
 
-// Runs one job on `alias` and waits for it; returns what the model said.
+// Runs one job on `alias` and waits for it, and for the worker to count it finished (the job's
+// answer comes before the worker records the model's last use); returns what the model said.
 std::string run_one(model_registry& reg, const std::string& alias) {
   probe p;
   if (auto e = reg.submit(alias, p.job())) return "refused:" + e->message;
-  return p.done.get_future().get();
+  std::string said = p.done.get_future().get();
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  auto running = [&] {
+    for (const auto& m : reg.describe())
+      if (m["name"] == alias) return m.contains("running") && m["running"].get<bool>();
+    return false;
+  };
+  while (running() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  return said;
 }
 
 TEST(registry_budget, evicts_idle_models_least_recently_used_first) {
