@@ -8,7 +8,7 @@
 #include <thread>
 #include <utility>
 
-#include "backend/cuda/cuda_stage.h"
+#include "backend/cuda/cuda_multi_backend.h"
 #include "kernels/cuda_check.h"
 
 namespace tandem {
@@ -76,19 +76,13 @@ class rank_threads {
   bool stop_ = false;
 };
 
-class cuda_tensor_backend final : public cuda_backend_api {
+// Every stage holds every layer's share; the lead (stage `output_`) also holds the embeddings
+// and the output head.
+class cuda_tensor_backend final : public cuda_multi_backend {
  public:
   cuda_tensor_backend(const model_desc& desc, std::vector<std::unique_ptr<cuda_stage>> stages,
                       std::vector<std::unique_ptr<cuda_collective>> comms, int lead)
-      : desc_(desc), stages_(std::move(stages)), comms_(std::move(comms)), lead_(lead), threads_(stages_.size()) {
-    for (const auto& st : stages_) {
-      const auto& ls = st->load_stats();
-      stats_.bytes += ls.bytes;
-      stats_.seconds = std::max(stats_.seconds, ls.seconds);
-      stats_.device_bytes += ls.device_bytes;
-      stats_.device_name += (stats_.device_name.empty() ? "" : " + ") + ls.device_name;
-    }
-  }
+      : cuda_multi_backend(desc, std::move(stages), size_t(lead)), comms_(std::move(comms)), threads_(stages_.size()) {}
   ~cuda_tensor_backend() override {
     // Stages first: their streams may still hold collectives on the communicators.
     for (const auto& st : stages_) TANDEM_CUDA_LOG(cudaStreamSynchronize(st->stream()));
@@ -96,51 +90,14 @@ class cuda_tensor_backend final : public cuda_backend_api {
     comms_.clear();
   }
 
-  std::string_view name() const override { return "cuda"; }
-  const model_desc& model() const override { return desc_; }
-  const cuda_load_stats& load_stats() const override { return stats_; }
-  // Summed over the devices, which read their shares at the same time.
-  uint64_t weight_bytes_per_token() const override {
-    uint64_t n = 0;
-    for (const auto& st : stages_) n += st->weight_bytes_per_token();
-    return n;
-  }
-  uint64_t graph_replays() const override { return stages_[size_t(lead_)]->graph_replays(); }
-
-  result<std::unique_ptr<kv_cache>> make_cache(const kv_cache_config& cfg) override {
-    auto c = normalize_kv_config(cfg);
-    if (!c) return c.err();
-    auto cache = std::make_unique<cuda_stage_cache>(*c, this);
-    for (const auto& st : stages_) {
-      auto part = st->make_cache(*c);
-      if (!part) return part.err();
-      cache->parts.push_back(std::move(*part));
-    }
-    return std::unique_ptr<kv_cache>(std::move(cache));
-  }
-
-  status forward(const batch& b, kv_cache& cache, std::vector<float>& logits) override {
-    TANDEM_TRY(run(b, cache, false));
-    return stages_[size_t(lead_)]->copy_out(&logits, nullptr);
-  }
-  status forward_argmax(const batch& b, kv_cache& cache, std::vector<int32_t>& ids) override {
-    TANDEM_TRY(run(b, cache, true));
-    return stages_[size_t(lead_)]->copy_out(nullptr, &ids);
-  }
-
  private:
-  status run(const batch& b, kv_cache& cache_base, bool argmax) {
-    auto* cache = dynamic_cast<cuda_stage_cache*>(&cache_base);
-    if (!cache || cache->owner() != this) return make_error("the KV cache was not made by this CUDA backend");
-    if (b.size() > static_cast<size_t>(k_cuda_max_batch))
-      return make_error("batch of ", b.size(), " tokens exceeds the CUDA backend's limit of ", k_cuda_max_batch);
-    TANDEM_TRY(reserve_batch(b, *cache, desc_.hp.n_vocab));
+  status run_stages(const batch& b, cuda_stage_cache& cache, bool argmax) override {
     // Every allocation happens here, before any device enters a collective its peers might
     // never reach.
-    for (const auto& st : stages_) TANDEM_TRY(st->prepare_stage(b, *cache));
+    for (const auto& st : stages_) TANDEM_TRY(st->prepare_stage(b, cache));
     return threads_.run_all([&](size_t i) -> status {
-      const bool lead = int(i) == lead_;
-      TANDEM_TRY(stages_[i]->launch_stage(*cache->parts[i], argmax && lead));
+      const bool lead = i == output_;
+      TANDEM_TRY(stages_[i]->launch_stage(*cache.parts[i], argmax && lead));
       // The lead's copy_out waits for its stream; the others finish theirs here, so the next
       // step's prepare never refills buffers a running step still reads.
       if (!lead) TANDEM_CUDA_TRY(cudaStreamSynchronize(stages_[i]->stream()));
@@ -148,12 +105,8 @@ class cuda_tensor_backend final : public cuda_backend_api {
     });
   }
 
-  model_desc desc_;
-  std::vector<std::unique_ptr<cuda_stage>> stages_;
   std::vector<std::unique_ptr<cuda_collective>> comms_;
-  int lead_ = 0;
   rank_threads threads_;
-  cuda_load_stats stats_;
 };
 
 }  // namespace
