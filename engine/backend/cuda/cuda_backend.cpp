@@ -272,10 +272,13 @@ status cuda_backend::prepare(const batch& b, const kv_cache& book) {
   const size_t int_bytes = plan_.ints.size() * sizeof(int32_t);
   TANDEM_TRY(ints_host_.ensure(int_bytes));
   TANDEM_TRY(ints_.ensure(int_bytes));
-  const size_t n_out = size_t(plan_.n_out), E = desc_.hp.n_embd;
-  TANDEM_TRY(xo_.ensure(std::max<size_t>(n_out, 1) * E * sizeof(float)));
-  TANDEM_TRY(logits_.ensure(std::max<size_t>(n_out, 1) * desc_.hp.n_vocab * sizeof(float)));
-  TANDEM_TRY(ids_.ensure(std::max<size_t>(n_out, 1) * sizeof(int32_t)));
+  // Only the device with the output head holds logits (as the memory plan counts them).
+  if (range_.head) {
+    const size_t n_out = size_t(plan_.n_out), E = desc_.hp.n_embd;
+    TANDEM_TRY(xo_.ensure(std::max<size_t>(n_out, 1) * E * sizeof(float)));
+    TANDEM_TRY(logits_.ensure(std::max<size_t>(n_out, 1) * desc_.hp.n_vocab * sizeof(float)));
+    TANDEM_TRY(ids_.ensure(std::max<size_t>(n_out, 1) * sizeof(int32_t)));
+  }
   // The previous forward ended with a stream sync, so the pinned buffer is free to refill; the
   // step (graph or not) copies it to the device as its first operation.
   std::memcpy(ints_host_.get(), plan_.ints.data(), int_bytes);
