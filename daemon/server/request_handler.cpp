@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <map>
 
 #include "log.h"
 #include "protocol/reply.h"
@@ -38,47 +37,6 @@ json stats_json(const generation_stats& s, const std::string& model, bool with_t
 json info_json(const model_info& i) {
   return {{"path", i.path}, {"arch", i.arch}, {"backend", i.backend}, {"n_vocab", i.n_vocab},
           {"n_ctx", i.n_ctx}, {"file_bytes", i.file_bytes}, {"cache_bytes", i.cache_bytes}};
-}
-
-// MemTotal and MemAvailable of /proc/meminfo, in bytes (0 when unreadable).
-void host_memory(std::uint64_t& total, std::uint64_t& available) {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  std::uint64_t kib = 0;
-  std::string unit;
-  total = available = 0;
-  while (f >> key >> kib >> unit) {
-    if (key == "MemTotal:") total = kib * 1024;
-    if (key == "MemAvailable:") available = kib * 1024;
-  }
-}
-
-// Memory by device: what tandemd's models hold there, and for the host what the system has.
-json devices_json(const json& models) {
-  std::map<std::string, json> by_device;
-  for (const auto& m : models) {
-    if (!m.contains("device")) continue;  // not resident
-    auto& d = by_device[m["device"].get<std::string>()];
-    if (d.is_null()) d = {{"device", m["device"]}, {"models", json::array()}, {"model_bytes", std::uint64_t{0}}};
-    d["models"].push_back(m["name"]);
-    d["model_bytes"] = d["model_bytes"].get<std::uint64_t>() + m.value("bytes", std::uint64_t{0});
-  }
-  auto& cpu = by_device["cpu"];
-  if (cpu.is_null()) cpu = {{"device", "cpu"}, {"models", json::array()}, {"model_bytes", std::uint64_t{0}}};
-  std::uint64_t total = 0, available = 0;
-  host_memory(total, available);
-  cpu["total_bytes"] = total;
-  cpu["available_bytes"] = available;
-  for (auto& [name, d] : by_device) {
-    if (name.rfind("cuda:", 0) != 0 || name.find('+') != std::string::npos) continue;  // one GPU only
-    if (auto g = query_gpu_memory(std::stoi(name.substr(5)))) {
-      d["total_bytes"] = g->total_bytes;
-      d["available_bytes"] = g->free_bytes;
-    }
-  }
-  auto out = json::array();
-  for (auto& [name, d] : by_device) out.push_back(std::move(d));
-  return out;
 }
 
 std::uint64_t resident_bytes() {
