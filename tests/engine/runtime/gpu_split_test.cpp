@@ -1,0 +1,76 @@
+// How a planned GPU split is described and handed to the CUDA backend, and what a split request
+// without the devices or the build for it answers. Needs no GPU.
+#include <gtest/gtest.h>
+
+#include "runtime/model_instance.h"
+#include "tiny_model.h"
+#ifdef TANDEM_HAVE_CUDA_BACKEND
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace tandem {
+namespace {
+
+gpu_split tensor_split() {
+  gpu_split s;
+  s.tensor = true;
+  s.devices = {0, 1};
+  s.layers = {36, 36};
+  s.kv_heads = {{0, 3}, {3, 8}};
+  s.ffn_columns = {{0, 4352}, {4352, 12288}};
+  s.lead = 1;
+  return s;
+}
+
+TEST(gpu_split, describe_names_each_devices_share) {
+  gpu_split layer;
+  layer.devices = {0, 1};
+  layer.layers = {13, 23};
+  EXPECT_EQ(layer.describe(), "layer 13:23");
+  EXPECT_EQ(tensor_split().describe(), "tensor kv 3:5 ffn 4352:7936");
+}
+
+#ifdef TANDEM_HAVE_CUDA_BACKEND
+TEST(gpu_split, cuda_options_carry_the_shares) {
+  cuda_backend_options o;
+  o.layers_per_device = {99};  // replaced, not appended to
+  fill_cuda_options(tensor_split(), o);
+  EXPECT_EQ(o.devices, (std::vector<int>{0, 1}));
+  EXPECT_TRUE(o.layers_per_device.empty());
+  ASSERT_EQ(o.tensor_shares.size(), 2u);
+  EXPECT_EQ(o.tensor_shares[0].kv_head_end, 3u);
+  EXPECT_EQ(o.tensor_shares[1].kv_head_begin, 3u);
+  EXPECT_EQ(o.tensor_shares[1].ffn_begin, 4352u);
+  EXPECT_EQ(o.tensor_shares[1].ffn_end, 12288u);
+  EXPECT_FALSE(o.tensor_shares[0].lead);
+  EXPECT_TRUE(o.tensor_shares[1].lead);
+  gpu_split layer;
+  layer.devices = {1, 0};
+  layer.layers = {10, 26};
+  fill_cuda_options(layer, o);
+  EXPECT_EQ(o.devices, (std::vector<int>{1, 0}));
+  EXPECT_EQ(o.layers_per_device, (std::vector<uint32_t>{10, 26}));
+  EXPECT_TRUE(o.tensor_shares.empty());
+}
+#endif
+
+// Bad split text is refused before any device is queried, in any build.
+TEST(gpu_split, bad_split_is_refused_by_name) {
+  auto m = test::make_tiny_model(test::tiny_model_options{});
+  ASSERT_TRUE(m.ok()) << m.message();
+  kv_cache_config cache;
+  cache.n_ctx = 64;
+  auto r = plan_gpu_split((*m)->desc, "0,1", "", "rows", cache);
+  ASSERT_FALSE(r.ok());
+#ifdef TANDEM_HAVE_CUDA_BACKEND
+  EXPECT_NE(r.message().find("unknown split 'rows'"), std::string::npos) << r.message();
+  r = plan_gpu_split((*m)->desc, "0,1", "", "none", cache);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("--split none"), std::string::npos) << r.message();
+#else
+  EXPECT_NE(r.message().find("no CUDA backend"), std::string::npos) << r.message();
+#endif
+}
+
+}  // namespace
+}  // namespace tandem
