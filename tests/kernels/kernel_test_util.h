@@ -10,6 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "quant/quant.h"
+
 namespace tandem::test {
 
 inline bool have_gpu() {
@@ -56,5 +58,13 @@ struct dev {
     return h;
   }
 };
+
+// n_out rows of n_in floats quantized row by row to type t (GGUF layout).
+inline std::vector<uint8_t> quantize_matrix(ggml_type t, const std::vector<float>& w, int64_t n_in, int64_t n_out) {
+  const uint64_t rb = *row_bytes(t, n_in);
+  std::vector<uint8_t> q(rb * n_out);
+  for (int64_t o = 0; o < n_out; ++o) quantize_row(t, w.data() + o * n_in, q.data() + o * rb, n_in);
+  return q;
+}
 
 }  // namespace tandem::test

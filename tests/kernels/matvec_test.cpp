@@ -23,14 +23,8 @@ namespace {
 
 using test::dev;
 using test::have_gpu;
+using test::quantize_matrix;
 using test::randoms;
-
-std::vector<uint8_t> quantize_matrix(ggml_type t, const std::vector<float>& w, int64_t n_in, int64_t n_out) {
-  const uint64_t rb = *row_bytes(t, n_in);
-  std::vector<uint8_t> q(rb * n_out);
-  for (int64_t o = 0; o < n_out; ++o) quantize_row(t, w.data() + o * n_in, q.data() + o * rb, n_in);
-  return q;
-}
 
 bool int8_activations(ggml_type t) { return t != ggml_type::f32 && t != ggml_type::f16; }
 
