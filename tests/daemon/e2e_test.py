@@ -216,12 +216,10 @@ def test_multiplexed_and_cancel(model):
         check(d.stop() == 0, "tandemd exit status")
 
 
-def test_hot_swap_under_load(model):
-    other = make_model("tiny_b.gguf", 7)
-    corrupt = os.path.join(TMP, "corrupt.gguf")
-    with open(corrupt, "wb") as f:
-        f.write(b"GGUF" + os.urandom(4096))
-    d = Daemon([("default", model)], extra=["--queue-depth", "64"])
+def swaps_under_load(d, paths, after_swap=None):
+    """Four clients generate on `default` while an admin swaps it to each of `paths` in turn
+    (after_swap(admin, i) checks more after swap i); returns the admin client, the failed
+    requests and the completed ones once at least 8 completed (or 120 s passed)."""
     failures, done = [], []
     stop = threading.Event()
 
@@ -230,11 +228,8 @@ def test_hot_swap_under_load(model):
             c = Client(d.sock)
             rid = 1
             while not stop.is_set():
-                chunks, final = generate(c, rid, prompt="client %d" % k, n=6)
-                if "result" not in final:
-                    failures.append(final)
-                else:
-                    done.append(rid)
+                _, final = generate(c, rid, prompt="client %d" % k, n=6)
+                (done if "result" in final else failures).append(final)
                 rid += 1
             c.close()
         except Exception as e:  # noqa: BLE001 - any failure counts
@@ -245,25 +240,42 @@ def test_hot_swap_under_load(model):
         for t in threads:
             t.start()
         admin = Client(d.sock)
-        for i in range(3):
+        for i, path in enumerate(paths):
             time.sleep(0.3)
-            r = admin.call({"id": 1000 + i, "op": "swap", "name": "default", "path": other if i % 2 == 0 else model})
+            r = admin.call({"id": 1000 + i, "op": "swap", "name": "default", "path": path})
             check("result" in r, "swap %d: %r" % (i, r))
-        r = admin.call({"id": 2000, "op": "swap", "name": "default", "path": corrupt})
-        check(r.get("error", {}).get("code") == "load_failed", "corrupt swap: %r" % r)
+            if after_swap:
+                after_swap(admin, i)
         # Debug builds generate slowly: keep the load on until enough requests went through.
         deadline = time.time() + 120
         while len(done) < 8 and time.time() < deadline and not failures:
             time.sleep(0.1)
+    finally:
         stop.set()
         for t in threads:
             t.join(60)
+    return admin, failures, done
+
+
+def test_hot_swap_under_load(model):
+    other = make_model("tiny_b.gguf", 7)
+    corrupt = os.path.join(TMP, "corrupt.gguf")
+    with open(corrupt, "wb") as f:
+        f.write(b"GGUF" + os.urandom(4096))
+    d = Daemon([("default", model)], extra=["--queue-depth", "64"])
+
+    def corrupt_swap_fails(admin, i):
+        if i == 2:  # a failed load in the middle of the load changes nothing
+            r = admin.call({"id": 2000, "op": "swap", "name": "default", "path": corrupt})
+            check(r.get("error", {}).get("code") == "load_failed", "corrupt swap: %r" % r)
+
+    try:
+        admin, failures, done = swaps_under_load(d, [other, model, other], corrupt_swap_fails)
         models = admin.call({"id": 3000, "op": "models"})["result"]["models"]
         check(models[0]["path"] == other and models[0]["swaps"] == 3, "after swaps: %r" % models)
         check(not failures, "failed requests during swaps: %r" % failures[:3])
         check(len(done) >= 8, "too few requests completed: %d" % len(done))
     finally:
-        stop.set()
         check(d.stop() == 0, "tandemd exit status")
 
 
@@ -443,43 +455,17 @@ def test_drain_first_swap_under_load(model):
     other = make_model("tiny_b.gguf", 7)
     b = model_bytes(model)
     d = Daemon([("default", model)], extra=["--queue-depth", "64", "--memory-budget", str(int(b * 1.5))])
-    failures, done = [], []
-    stop = threading.Event()
 
-    def worker(k):
-        try:
-            c = Client(d.sock)
-            rid = 1
-            while not stop.is_set():
-                _, final = generate(c, rid, prompt="client %d" % k, n=6)
-                (done if "result" in final else failures).append(final)
-                rid += 1
-            c.close()
-        except Exception as e:  # noqa: BLE001 - any failure counts
-            failures.append(repr(e))
+    def within_budget(admin, i):
+        used = admin.call({"id": 1100 + i, "op": "status"})["result"]["memory"]["budget_used_bytes"]
+        check(used <= int(b * 1.5), "over budget after swap %d: %d" % (i, used))
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
     try:
-        for t in threads:
-            t.start()
-        admin = Client(d.sock)
-        for i in range(3):
-            time.sleep(0.3)
-            r = admin.call({"id": 1000 + i, "op": "swap", "name": "default", "path": other if i % 2 == 0 else model})
-            check("result" in r, "swap %d: %r" % (i, r))
-            used = admin.call({"id": 1100 + i, "op": "status"})["result"]["memory"]["budget_used_bytes"]
-            check(used <= int(b * 1.5), "over budget after swap %d: %d" % (i, used))
-        deadline = time.time() + 120
-        while len(done) < 8 and time.time() < deadline and not failures:
-            time.sleep(0.1)
-        stop.set()
-        for t in threads:
-            t.join(60)
+        admin, failures, _ = swaps_under_load(d, [other, model, other], within_budget)
         m = admin.call({"id": 3000, "op": "models"})["result"]["models"][0]
         check(m["path"] == other and m["swaps"] == 3 and m["state"] == "resident", "after swaps: %r" % m)
         check(not failures, "failed requests during drain-first swaps: %r" % failures[:3])
     finally:
-        stop.set()
         check(d.stop() == 0, "tandemd exit status")
 
 
