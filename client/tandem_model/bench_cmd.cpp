@@ -249,7 +249,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--device", o->device, "CUDA device index");
   cmd->add_option("--devices", o->devices,
                   "Several CUDA devices, e.g. 0,1 or 0=16GiB,1=32GiB (caps for the memory plan)");
-  cmd->add_option("--split", o->split, "With --devices: layer (default), tensor (every layer cut, NCCL all-reduces) or none (the first device alone)");
+  cmd->add_option("--split", o->split, "With --devices: layer (default), tensor (every layer cut, partial sums exchanged; TANDEM_CUDA_EXCHANGE=auto|peer|host|nccl) or none (the first device alone)");
   cmd->add_option("--ratios", o->ratios, "With --devices: layers per device in these proportions, e.g. 1,1.75");
   cmd->add_option("--kv", o->kv, "KV cache type: f16 (default), q8_0 or f32")
       ->check(CLI::IsMember({"f16", "q8_0", "f32"}));

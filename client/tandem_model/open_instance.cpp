@@ -30,7 +30,7 @@ void add_device_options(CLI::App* cmd, open_args& a) {
   cmd->add_option("--ratios", a.ratios, "With --gpus: each device's share in these proportions, e.g. 1,1.75 "
                                         "(default: the memory plan's balance)");
   cmd->add_option("--split", a.split, "With --gpus: layer (default; contiguous layer ranges) or tensor (every "
-                                      "layer cut by KV heads and FFN columns, NCCL all-reduces)");
+                                      "layer cut by KV heads and FFN columns, partial sums exchanged)");
 }
 
 }  // namespace tandem

@@ -87,7 +87,7 @@ void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
   app.add_option("--ratios", c.ratios, "With --gpus: each device's share in these proportions, e.g. 1,1.75 "
                                        "(default: the memory plan's balance)");
   app.add_option("--split", c.split, "With --gpus: layer (contiguous layer ranges) or tensor (every layer cut "
-                                     "by KV heads and FFN columns, NCCL all-reduces)")
+                                     "by KV heads and FFN columns, partial sums exchanged)")
       ->check(CLI::IsMember({"layer", "tensor"}))->capture_default_str();
   app.add_option("--model-gpus", raw.model_gpus,
                  "Per model: NAME=LIST, that alias's devices instead of --gpus (e.g. big=0=16GiB,1=32GiB)");

@@ -41,7 +41,7 @@ struct daemon_config {
   int gpu = -1;  // CUDA device that serves models; -1: the CPU backend
   std::string gpus;    // several CUDA devices, each model split by layers over them ("0,1", "0=16GiB,1=32GiB")
   std::string ratios;  // with gpus: shares per device in these proportions; empty: the memory plan's
-  std::string split = "layer";  // with gpus: layer ranges, or tensor (every layer cut, NCCL)
+  std::string split = "layer";  // with gpus: layer ranges, or tensor (every layer cut)
   std::map<std::string, std::string> model_gpus, model_ratios, model_split;  // per alias overrides
   std::uint32_t threads = 0;
   std::uint32_t context = 4096;

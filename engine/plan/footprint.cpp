@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "core/exchange_layout.h"
 #include "plan/memory_plan.h"
 
 namespace tandem {
@@ -167,6 +168,16 @@ uint64_t kv_row_bytes(ggml_type type, uint64_t heads, uint64_t head_dim) {
 
 }  // namespace
 
+uint64_t device_overhead_bytes(const plan_options& opt, int n_used_devices) {
+  uint64_t b = opt.rt.cuda_context_bytes + opt.rt.cublas_workspace_bytes;
+  // Only a tensor split exchanges partial sums; a layer split hands over with peer copies.
+  if (n_used_devices > 1 && opt.split == split_mode::tensor) {
+    const uint64_t g = opt.rt.alloc_granularity ? opt.rt.alloc_granularity : 1;
+    b += align_up(exchange_box_bytes(n_used_devices), g) + align_up(exchange_counter_bytes(), g) + opt.rt.nccl_bytes;
+  }
+  return b;
+}
+
 result<device_usage> device_footprint(const model_desc& desc, const plan_options& opt, const device_share& s,
                                       int n_used_devices, std::vector<tensor_placement>* placements,
                                       int device_index) {
@@ -229,9 +240,7 @@ result<device_usage> device_footprint(const model_desc& desc, const plan_options
   }
   u.workspace = ws;
 
-  // NCCL only carries a tensor split's all-reduces; a layer split hands over with peer copies.
-  const bool nccl = n_used_devices > 1 && opt.split == split_mode::tensor;
-  u.overhead = opt.rt.cuda_context_bytes + opt.rt.cublas_workspace_bytes + (nccl ? opt.rt.nccl_bytes : 0);
+  u.overhead = device_overhead_bytes(opt, n_used_devices);
   u.total = u.weights + u.kv_cache + u.activations + u.workspace + u.overhead;
   return u;
 }

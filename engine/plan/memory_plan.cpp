@@ -200,8 +200,7 @@ std::vector<double> water_fill(const std::vector<double>& speed, const std::vect
 result<std::vector<double>> default_shares(const model_desc& desc, const plan_options& o, int main) {
   const size_t n = o.devices.size();
   std::vector<double> speed(n), cap(n), var(n);
-  const uint64_t per_device = o.rt.cuda_context_bytes + o.rt.cublas_workspace_bytes +
-                              (o.split == split_mode::tensor ? o.rt.nccl_bytes : 0);
+  const uint64_t per_device = device_overhead_bytes(o, int(n));
   for (size_t d = 0; d < n; ++d) {
     device_share empty;
     empty.embeddings = empty.output = int(d) == main;

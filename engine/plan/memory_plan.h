@@ -83,4 +83,8 @@ result<device_usage> device_footprint(const model_desc& desc, const plan_options
                                       int n_used_devices, std::vector<tensor_placement>* placements = nullptr,
                                       int device_index = 0);
 
+// What every used device spends besides its buffers: the CUDA context, cuBLAS's workspace and,
+// in a tensor split over several devices, the exchange buffers (and NCCL's, if charged).
+uint64_t device_overhead_bytes(const plan_options& opt, int n_used_devices);
+
 }  // namespace tandem

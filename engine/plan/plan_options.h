@@ -35,11 +35,11 @@ struct device_spec {
 struct runtime_constants {
   uint64_t cuda_context_bytes = 512ull << 20;    // primary context, module images, local memory
   uint64_t cublas_workspace_bytes = 32ull << 20;  // cuBLAS's default workspace on sm_90 (4 MiB before)
-  // NCCL communicators of a tensor split (buffers per channel and peer). Measured on two H200s
-  // with NCCL_P2P_DISABLE=1 (transfers through host memory, as in the target PCIe rig): 364 to
-  // 432 MiB per device beyond the rest of the plan; with NVLink peer access NCCL opens more
-  // channels and took about 820 to 890 MiB (docs/multi-gpu.md).
-  uint64_t nccl_bytes = 400ull << 20;
+  // A tensor split's exchange buffers come from core/exchange_layout.h (exact, not an estimate).
+  // With TANDEM_CUDA_EXCHANGE=nccl, NCCL's buffers come on top: measured 364-432 MiB per device
+  // through host memory and 820-890 MiB with NVLink on two H200s (docs/multi-gpu.md); set this
+  // to charge them.
+  uint64_t nccl_bytes = 0;
   uint64_t alloc_granularity = 2ull << 20;       // cudaMalloc hands out whole 2 MiB pages
 };
 

@@ -27,10 +27,13 @@ struct cuda_backend_options {
   // A device may appear twice (each stage has its own context), which tests the split on one GPU.
   std::vector<int> devices;
   std::vector<uint32_t> layers_per_device;
-  // Tensor split instead (needs NCCL and distinct devices): devices[i] computes tensor_shares[i]
-  // of every layer; the partial attention and FFN outputs are summed over the devices with an
-  // all-reduce. The shares must cover every KV head and FFN column once.
+  // Tensor split instead (distinct devices): devices[i] computes tensor_shares[i] of every layer;
+  // the partial attention and FFN outputs are summed over the devices with an all-reduce. The
+  // shares must cover every KV head and FFN column once.
   std::vector<cuda_tensor_share> tensor_shares;
+  // How a tensor split's devices exchange partial sums: auto, peer, host or nccl (see
+  // cuda_collective.h). Empty: the TANDEM_CUDA_EXCHANGE environment variable, else auto.
+  std::string exchange;
   size_t staging_bytes = 64ull << 20;  // each of the two pinned upload buffers
   // Replay decode steps as captured CUDA graphs (the environment variable TANDEM_CUDA_GRAPHS=0
   // turns them off too, for measuring what they save).

@@ -1,69 +1,73 @@
-// NCCL communicators for the tensor split (see cuda_collective.h).
+// Chooses the tensor split's transport (see cuda_collective.h).
 #include "backend/cuda/cuda_collective.h"
 
+#include <cstdlib>
 #include <set>
+#include <string>
 
-#ifdef TANDEM_HAVE_NCCL
-#include <nccl.h>
-#endif
+#include "kernels/collective.h"
+#include "kernels/cuda_check.h"
 
 namespace tandem {
 
-#ifdef TANDEM_HAVE_NCCL
+result<collective_transport> parse_collective_transport(std::string_view s) {
+  if (s == "auto") return collective_transport::automatic;
+  if (s == "peer") return collective_transport::peer;
+  if (s == "host") return collective_transport::host;
+  if (s == "nccl") return collective_transport::nccl;
+  return make_error("unknown exchange transport '", std::string(s), "' (auto, peer, host or nccl)");
+}
+
+std::string_view collective_transport_name(collective_transport t) {
+  switch (t) {
+    case collective_transport::automatic: return "auto";
+    case collective_transport::peer: return "peer";
+    case collective_transport::host: return "host";
+    case collective_transport::nccl: return "nccl";
+  }
+  return "?";
+}
+
+result<collective_transport> collective_transport_from_env() {
+  const char* e = std::getenv("TANDEM_CUDA_EXCHANGE");
+  if (!e || !*e) return collective_transport::automatic;
+  auto t = parse_collective_transport(e);
+  if (!t) return make_error("TANDEM_CUDA_EXCHANGE: ", t.message());
+  return t;
+}
+
 namespace {
 
-#define TANDEM_NCCL_TRY(expr)                                                                         \
-  do {                                                                                                \
-    const ncclResult_t tandem_nccl_r_ = (expr);                                                       \
-    if (tandem_nccl_r_ != ncclSuccess)                                                                \
-      return make_error("NCCL: ", #expr, ": ", ncclGetErrorString(tandem_nccl_r_), " (", __FILE__, ":", \
-                        __LINE__, ")");                                                              \
-  } while (0)
-
-class nccl_rank final : public cuda_collective {
- public:
-  nccl_rank(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
-  ~nccl_rank() override { ncclCommDestroy(comm_); }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  status all_reduce_sum(float* buf, size_t n, cudaStream_t stream) override {
-    TANDEM_NCCL_TRY(ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, comm_, stream));
-    return {};
-  }
-  status broadcast(float* buf, size_t n, int root, cudaStream_t stream) override {
-    TANDEM_NCCL_TRY(ncclBroadcast(buf, buf, n, ncclFloat32, root, comm_, stream));
-    return {};
-  }
-
- private:
-  ncclComm_t comm_;
-  int rank_, size_;
-};
+// Whether every device can write every other's memory directly.
+result<bool> all_pairs_peer(const std::vector<int>& devices) {
+  for (int a : devices)
+    for (int b : devices) {
+      if (a == b) continue;
+      int ok = 0;
+      TANDEM_CUDA_TRY(cudaDeviceCanAccessPeer(&ok, a, b));
+      if (!ok) return false;
+    }
+  return true;
+}
 
 }  // namespace
 
-bool cuda_collectives_available() { return true; }
-
-result<std::vector<std::unique_ptr<cuda_collective>>> make_cuda_collectives(const std::vector<int>& devices) {
+result<std::vector<std::unique_ptr<cuda_collective>>> make_cuda_collectives(const std::vector<int>& devices,
+                                                                            collective_transport transport,
+                                                                            collective_transport* used) {
   if (devices.size() < 2) return make_error("a tensor split needs at least two devices");
+  if (devices.size() > size_t(k_exchange_max_ranks))
+    return make_error("a tensor split takes at most ", k_exchange_max_ranks, " devices");
   if (std::set<int>(devices.begin(), devices.end()).size() != devices.size())
-    return make_error("a tensor split needs distinct devices (NCCL runs one rank per GPU)");
-  std::vector<ncclComm_t> comms(devices.size(), nullptr);
-  TANDEM_NCCL_TRY(ncclCommInitAll(comms.data(), int(devices.size()), devices.data()));
-  std::vector<std::unique_ptr<cuda_collective>> out;
-  for (size_t i = 0; i < comms.size(); ++i)
-    out.push_back(std::make_unique<nccl_rank>(comms[i], int(i), int(comms.size())));
-  return out;
+    return make_error("a tensor split needs distinct devices (one rank per GPU)");
+  if (transport == collective_transport::automatic) {
+    auto peer = all_pairs_peer(devices);
+    if (!peer) return peer.err();
+    transport = *peer ? collective_transport::peer : collective_transport::host;
+  }
+  if (used) *used = transport;
+  if (transport == collective_transport::nccl) return make_nccl_collectives(devices);
+  return make_exchange_collectives(devices, transport == collective_transport::host);
 }
-
-#else
-
-bool cuda_collectives_available() { return false; }
-
-result<std::vector<std::unique_ptr<cuda_collective>>> make_cuda_collectives(const std::vector<int>&) {
-  return make_error("this build has no NCCL, which the tensor split needs (use the layer split)");
-}
-
-#endif
 
 }  // namespace tandem

@@ -1,14 +1,18 @@
 // A layer split over several CUDA stages gives the same logits as the whole model on one GPU:
 // prefill, decode, two sequences, argmax. With one GPU every stage is on device 0 (separate
 // contexts), which checks the split's bookkeeping; with two the stages alternate between them.
-// A tensor split (two GPUs and NCCL) gives them within float summation order. Skips without the
-// devices it needs.
+// A tensor split (two GPUs; every exchange transport: peer access, host memory, NCCL where built)
+// gives them within float summation order. Skips without the devices it needs.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ostream>
 #include <random>
+#include <string>
+#include <tuple>
 
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_test_model.h"
@@ -137,6 +141,8 @@ struct tensor_case {
   const char* name;
 };
 
+void PrintTo(const tensor_case& c, std::ostream* os) { *os << c.name; }
+
 double worst_rel(const std::vector<float>& ref, const std::vector<float>& got) {
   double worst = 0, scale = 0;
   for (float v : ref) scale = std::max(scale, double(std::fabs(v)));
@@ -144,7 +150,26 @@ double worst_rel(const std::vector<float>& ref, const std::vector<float>& got) {
   return worst / std::max(scale, 1e-30);
 }
 
-class cuda_tensor_split : public ::testing::TestWithParam<tensor_case> {};
+class cuda_tensor_split : public ::testing::TestWithParam<std::tuple<tensor_case, std::string>> {};
+
+// Why this machine cannot run the transport (empty: it can).
+std::string transport_unavailable(const std::string& t) {
+  if (t == "peer") {
+    int ok = 0;
+    if (cudaDeviceCanAccessPeer(&ok, 0, 1) != cudaSuccess || !ok) return "devices 0 and 1 have no peer access";
+  }
+  if (t == "nccl") {
+    auto m = test::make_tiny_model(test::cuda_tiny_options("qwen3", ggml_type::f32, 23, 1));
+    if (!m) return m.message();
+    cuda_backend_options opt;
+    opt.devices = {0, 1};
+    opt.exchange = t;
+    opt.tensor_shares = {{0, 1, 0, 256, true}, {1, (*m)->desc.hp.n_head_kv, 256, (*m)->desc.hp.n_ff, false}};
+    auto be = make_cuda_backend((*m)->desc, opt);
+    if (!be && be.message().find("no NCCL") != std::string::npos) return be.message();
+  }
+  return {};
+}
 
 // The same kind of steps as expect_same, for F32 and Q8_0 weights. The sums over devices add the
 // partial products in another order, so x differs from one GPU's in its last bits, and where x
@@ -155,7 +180,9 @@ class cuda_tensor_split : public ::testing::TestWithParam<tensor_case> {};
 // use: 1e-2 for fp16 prefill, 3e-2 for int8 rounding.
 TEST_P(cuda_tensor_split, logits_match_one_gpu) {
   if (cuda_backend_device_count() < 2) GTEST_SKIP() << "the tensor split needs two CUDA devices";
-  const tensor_case& c = GetParam();
+  const tensor_case& c = std::get<0>(GetParam());
+  const std::string& transport = std::get<1>(GetParam());
+  if (auto why = transport_unavailable(transport); !why.empty()) GTEST_SKIP() << why;
   for (ggml_type wt : {ggml_type::f32, ggml_type::q8_0}) {
     auto o = test::cuda_tiny_options("qwen3", wt, 23, 3);
     o.hp.n_head_kv = c.n_head_kv;
@@ -166,6 +193,7 @@ TEST_P(cuda_tensor_split, logits_match_one_gpu) {
     const auto& hp = (*m)->desc.hp;
     cuda_backend_options opt;
     opt.devices = {0, 1};
+    opt.exchange = transport;
     opt.tensor_shares = {{0, c.kv0, 0, c.ffn0, true}, {c.kv0, hp.n_head_kv, c.ffn0, hp.n_ff, false}};
     for (ggml_type kv : {ggml_type::f16, ggml_type::q8_0}) {
       const bool exact = wt == ggml_type::f32 && kv == ggml_type::f16;  // no int8 rounding anywhere
@@ -194,8 +222,8 @@ TEST_P(cuda_tensor_split, logits_match_one_gpu) {
         b.add(int32_t(rng() % 96), 0, n0 + step, true);
         b.add(int32_t(rng() % 96), 1, 3 + step, true);
       }
-      std::printf("  %s, %s weights, %s KV: worst decode rel err %.3g\n", c.name, type_name(wt).data(),
-                  type_name(kv).data(), worst_decode);
+      std::printf("  %s over %s, %s weights, %s KV: worst decode rel err %.3g\n", c.name, transport.c_str(),
+                  type_name(wt).data(), type_name(kv).data(), worst_decode);
       if (exact) {  // argmax only where rounding cannot pick another token
         std::vector<int32_t> ia, ig;
         ASSERT_TRUE(whole.be->forward_argmax(b, *whole.cache, ia).ok());
@@ -207,11 +235,18 @@ TEST_P(cuda_tensor_split, logits_match_one_gpu) {
 }
 
 // 1:1, about 1:1.75 and 1:2 (3 of 8 KV heads), a lead without heads, a device without FFN columns.
+// Each over every transport.
 INSTANTIATE_TEST_SUITE_P(shares, cuda_tensor_split,
-                         ::testing::Values(tensor_case{2, 1, 256, "1:1"}, tensor_case{8, 3, 192, "3:5 heads"},
-                                           tensor_case{8, 3, 160, "1:2 FFN"}, tensor_case{2, 0, 224, "lead no heads"},
-                                           tensor_case{2, 1, 512, "no FFN on 1"}),
-                         [](const auto& info) { return "case" + std::to_string(info.index); });
+                         ::testing::Combine(::testing::Values(tensor_case{2, 1, 256, "1:1"},
+                                                              tensor_case{8, 3, 192, "3:5 heads"},
+                                                              tensor_case{8, 3, 160, "1:2 FFN"},
+                                                              tensor_case{2, 0, 224, "lead no heads"},
+                                                              tensor_case{2, 1, 512, "no FFN on 1"}),
+                                            ::testing::Values(std::string("peer"), std::string("host"),
+                                                              std::string("nccl"))),
+                         [](const auto& info) {
+                           return "case" + std::to_string(info.index / 3) + "_" + std::get<1>(info.param);
+                         });
 
 TEST(cuda_tensor_split, bad_shares_are_errors) {
   if (cuda_backend_device_count() == 0) GTEST_SKIP() << "no CUDA device";
