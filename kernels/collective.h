@@ -12,12 +12,15 @@
 namespace tandem {
 
 // What one rank's kernels see. Rank r's inbox holds, for every source rank s, two slots (the
-// parity of the call) of `capacity` floats: slot (s, p) at inbox[r] + (s * 2 + p) * capacity.
-// Its flags hold one counter per source rank and block: flags[r][s * k_exchange_blocks + b].
+// parity of the call) of `capacity` floats: slot (s, p) at inbox[r] + (s * 2 + p) * capacity,
+// and two of k_exchange_words flagged words at words[r] + (s * 2 + p) * k_exchange_words (float
+// bits low, call counter high). Its flags hold one counter per source rank and block:
+// flags[r][s * k_exchange_blocks + b].
 struct exchange_view {
   int rank = 0, size = 0;
   int64_t capacity = 0;  // floats per slot; a multiple of k_exchange_slice
   float* inbox[k_exchange_max_ranks] = {};
+  uint64_t* words[k_exchange_max_ranks] = {};
   uint32_t* flags[k_exchange_max_ranks] = {};
   uint32_t* epochs = nullptr;  // this rank's per-block call counters (its device memory)
 };

@@ -94,6 +94,7 @@ result<std::vector<std::unique_ptr<cuda_collective>>> make_exchange_collectives(
   const int size = int(devices.size());
   const int64_t cap = k_exchange_capacity;
   const size_t inbox_bytes = size_t(exchange_inbox_floats(size, cap)) * sizeof(float);
+  const size_t words_end = inbox_bytes + size_t(exchange_word_count(size)) * sizeof(uint64_t);
   const size_t box_bytes = exchange_box_bytes(size), epoch_bytes = exchange_counter_bytes();
   auto mem = std::make_shared<exchange_buffers>();
   mem->devices = devices;
@@ -120,7 +121,8 @@ result<std::vector<std::unique_ptr<cuda_collective>>> make_exchange_collectives(
       // Mapped pinned memory has the same address on every device (unified addressing).
       auto* box = static_cast<char*>(mem->boxes[size_t(s)]);
       v.inbox[s] = reinterpret_cast<float*>(box);
-      v.flags[s] = reinterpret_cast<uint32_t*>(box + inbox_bytes);
+      v.words[s] = reinterpret_cast<uint64_t*>(box + inbox_bytes);
+      v.flags[s] = reinterpret_cast<uint32_t*>(box + words_end);
     }
     v.epochs = static_cast<uint32_t*>(mem->epochs[size_t(r)]);
     out.push_back(std::make_unique<exchange_rank>(mem, v));

@@ -1,6 +1,7 @@
 // The tensor split's exchange: sums and broadcasts across ranks equal the CPU's rank-order sums
-// bit for bit, through peer access and through host memory, for sizes that take the scalar path,
-// several blocks and several slot-sized pieces, many calls in a row (both slot parities). With one
+// bit for bit, through peer access and through host memory, for sizes that go as flagged words
+// (odd ones too) and as flagged slices (the scalar path, several slot-sized pieces), interleaved
+// over many calls (both slot parities). With one
 // GPU two host-memory ranks share device 0 on separate streams. Also the transport names.
 #include <gtest/gtest.h>
 
@@ -65,7 +66,8 @@ void check_exchange(const std::vector<int>& devices, bool host_memory) {
   ASSERT_TRUE(comms.ok()) << comms.message();
   const size_t R = devices.size();
   const int64_t cap = k_exchange_capacity;
-  const std::vector<size_t> sizes = {4096, 1, 3, 5120, 1000, 40960, size_t(cap) + 100, 7, 3 * size_t(cap) + 5};
+  const std::vector<size_t> sizes = {4096, 1,     3,     5120, 1000, 40960, size_t(cap) + 100, 7,
+                                     65536, 65537, 65539, 3 * size_t(cap) + 5};
   size_t max_n = 0;
   for (size_t n : sizes) max_n = std::max(max_n, n);
   std::vector<rank_side> ranks(R);
