@@ -18,6 +18,9 @@ namespace {
 
 constexpr int k_warps = 4;
 constexpr int k_max_split = 32;
+// Splits are only used for fewer (token, head) pairs than this: one arrival counter per pair,
+// at the start of the workspace.
+constexpr int k_split_counters = 1024;
 
 template <int N>
 __device__ __forceinline__ void load_row(const uint16_t* p, float (&o)[N]) {
@@ -391,6 +394,34 @@ __global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_kernel(qk_rop
     store_row(buf, D, cache + at, q8s[0]);
 }
 
+// Merges the splits of one (token, head) with the block's threads: out = sum_s O_s e^{m_s - M}
+// / sum_s l_s e^{m_s - M} over the splits that saw keys. Reads through L2 (__ldcg): other
+// blocks wrote the partials during this launch.
+__device__ void combine_splits(const float* part, int64_t head, int pos, int head_dim, int n_split, int chunk,
+                               float* out, int8_t* out_q, float2* out_ds) {
+  const int used = min(n_split, (pos + chunk) / chunk);  // splits that saw keys
+  const float* p = part + head * n_split * (head_dim + 2);
+  float M = -INFINITY;
+  for (int s = 0; s < used; ++s) M = fmaxf(M, __ldcg(p + s * (head_dim + 2) + head_dim));
+  float L = 0.f;
+  for (int s = 0; s < used; ++s) {
+    const float* ps = p + s * (head_dim + 2);
+    const float l = __ldcg(ps + head_dim + 1);
+    if (l > 0.f) L += l * expf(__ldcg(ps + head_dim) - M);
+  }
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float o = 0.f;
+    for (int s = 0; s < used; ++s) {
+      const float* ps = p + s * (head_dim + 2);
+      if (__ldcg(ps + head_dim + 1) > 0.f) o += __ldcg(ps + d) * expf(__ldcg(ps + head_dim) - M);
+    }
+    const float v = o / L;
+    out[head * head_dim + d] = v;
+    // Warps cover 32 consecutive d (head_dim % 32 == 0): one int8 block of the token's row.
+    if (out_q) quantize_x_warp(v, out_q + head * head_dim + (d & ~31), out_ds + (head * head_dim + d) / 32);
+  }
+}
+
 // Grid (n_tok * n_head, n_split), k_warps warps. Split s covers keys [s * chunk, (s+1) * chunk).
 template <int DPL, class T>
 __global__ void __launch_bounds__(32 * k_warps)
@@ -461,48 +492,33 @@ __global__ void __launch_bounds__(32 * k_warps)
       part[(head * n_split + blockIdx.y) * (D + 2) + d] = o;
     }
   }
-  if (n_split > 1 && threadIdx.x == 0) {
+  if (n_split == 1) return;
+  if (threadIdx.x == 0) {
     float* pm = part + (head * n_split + blockIdx.y) * (D + 2) + D;
     pm[0] = mb, pm[1] = lb;
   }
-}
-
-// One block per (token, head): out = sum_s O_s e^{m_s - M} / sum_s l_s e^{m_s - M}.
-__global__ void combine_splits_kernel(const float* __restrict__ part, const int32_t* __restrict__ tok_pos,
-                                      int n_head, int head_dim, int n_split, int chunk, float* out, int8_t* out_q,
-                                      float2* out_ds) {
-  const int64_t head = blockIdx.x;
-  const int pos = tok_pos[head / n_head];
-  if (pos < 0) return;
-  const int used = min(n_split, (pos + chunk) / chunk);  // splits that saw keys
-  const float* p = part + head * n_split * (head_dim + 2);
-  float M = -INFINITY;
-  for (int s = 0; s < used; ++s) M = fmaxf(M, p[s * (head_dim + 2) + head_dim]);
-  float L = 0.f;
-  for (int s = 0; s < used; ++s) {
-    const float* ps = p + s * (head_dim + 2);
-    if (ps[head_dim + 1] > 0.f) L += ps[head_dim + 1] * expf(ps[head_dim] - M);
+  // The last of the head's splits to finish merges them (no second launch): its partials are
+  // visible to it once every block has fenced its writes before counting itself in.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    auto* counter = reinterpret_cast<unsigned*>(part) - k_split_counters + head;
+    last = atomicAdd(counter, 1u) == static_cast<unsigned>(n_split - 1);
+    if (last) *counter = 0u;  // left zero for the next launch
   }
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float o = 0.f;
-    for (int s = 0; s < used; ++s) {
-      const float* ps = p + s * (head_dim + 2);
-      if (ps[head_dim + 1] > 0.f) o += ps[d] * expf(ps[head_dim] - M);
-    }
-    const float v = o / L;
-    out[head * head_dim + d] = v;
-    // Warps cover 32 consecutive d (head_dim % 32 == 0): one int8 block of the token's row.
-    if (out_q) quantize_x_warp(v, out_q + head * head_dim + (d & ~31), out_ds + (head * head_dim + d) / 32);
-  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  combine_splits(part, head, pos, D, n_split, chunk, a.out, a.out_q, a.out_ds);
 }
 
 template <int DPL, class T>
 cudaError_t launch_paged(const paged_attention_args& a, int n_split, int chunk, float* work, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.n_tok * a.n_head), static_cast<unsigned>(n_split));
-  paged_attention_kernel<DPL, T><<<grid, 32 * k_warps, 0, stream>>>(a, n_split, chunk, work);
-  if (n_split > 1)
-    combine_splits_kernel<<<static_cast<unsigned>(a.n_tok * a.n_head), 128, 0, stream>>>(
-        work, a.tok_pos, a.n_head, a.head_dim, n_split, chunk, a.out, a.out_q, a.out_ds);
+  // Partials follow the split counters at the start of work.
+  float* part = n_split > 1 ? work + k_split_counters : nullptr;
+  paged_attention_kernel<DPL, T><<<grid, 32 * k_warps, 0, stream>>>(a, n_split, chunk, part);
   return cudaGetLastError();
 }
 
@@ -625,7 +641,7 @@ cudaError_t launch_qk_rope_store(const qk_rope_store_args& a, cudaStream_t strea
 }
 
 size_t paged_attention_work_floats(int n_tok, int n_head, int head_dim, int n_split) {
-  return static_cast<size_t>(n_tok) * n_head * n_split * (head_dim + 2);
+  return k_split_counters + static_cast<size_t>(n_tok) * n_head * n_split * (head_dim + 2);
 }
 
 cudaError_t launch_paged_attention(const paged_attention_args& a, float* work, size_t work_floats,
@@ -638,7 +654,7 @@ cudaError_t launch_paged_attention(const paged_attention_args& a, float* work, s
   // Enough blocks to fill a large GPU: split long caches when there are few (token, head) pairs.
   int n_split = 1;
   const int64_t pairs = static_cast<int64_t>(a.n_tok) * a.n_head;
-  if (pairs < 1024) {
+  if (pairs < k_split_counters) {
     n_split = static_cast<int>((a.max_kv + 127) / 128);
     const int64_t want_blocks = 2048 / pairs + 1;
     if (n_split > want_blocks) n_split = static_cast<int>(want_blocks);
