@@ -38,83 +38,83 @@ __device__ __forceinline__ float dot4(const float* w, const float4& x, float acc
   return fmaf(w[3], x.w, fmaf(w[2], x.z, fmaf(w[1], x.y, fmaf(w[0], x.x, acc))));
 }
 
-// A decoded piece: its 32 weights' integer levels as floats (converted once, then dotted with
-// every token's x) and up to four scales, whose meaning depends on the type.
+// A decoded K-quant piece: its 32 weights' integer levels as floats (converted once, then dotted
+// with every token's x) and up to four scales, whose meaning depends on the type. Weight 4i + j
+// pairs with component j of x.v[i].
 struct fdec {
   float w[32];
   float a, b, c, e;
 };
 
-// 32 consecutive floats of token t from element e.
-__device__ __forceinline__ fx32 load_x32(const x_view& xs, int t, int64_t e) {
-  const float* p = xs.xf + t * xs.n_in + e;
-  fx32 r;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) r.v[i] = ldxf(p + 4 * i);
-  return r;
-}
-
-// Weight 4i + j of a piece pairs with component j of x.v[i] for every type below.
 template <class Q>
 struct fx;
 
-// Small blocks (Q4_0, Q4_1, Q5_0, Q5_1): weight = d q + m (m = -bias d without a min); a = d, b = m.
-template <class Q>
-struct fx_small : Q {
-  static constexpr bool int8_x = false;
-  using dec = fdec;
-  using xpiece = fx32;
-  static __device__ __forceinline__ dec decode(const typename Q::raw& r, int k) {
-    const typename Q::dec q = Q::decode(r, k);
-    dec w;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) bytes_f(q.lo[i], 0.f, w.w + 4 * i), bytes_f(q.hi[i], 0.f, w.w + 16 + 4 * i);
-    w.a = q.d, w.b = q.m, w.c = w.e = 0.f;
-    return w;
-  }
-  static __device__ __forceinline__ xpiece load_x(const x_view& xs, int t, int b, int) {
-    return load_x32(xs, t, 32 * static_cast<int64_t>(b));
-  }
-  static __device__ __forceinline__ float dot(const dec& w, const xpiece& x) {
-    float s = 0.f, sx = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) s = dot4(w.w + 4 * i, x.v[i], s), sx += sum4(x.v[i]);
-    return fmaf(w.a, s, w.b * sx);
-  }
+// Small blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) take four pieces of 8 weights per block here
+// (the int8 kernels take the whole block): a lane's x is then 32 bytes next to its neighbours'
+// instead of 128 bytes, 128 bytes apart, so a warp's x load touches 8 cache lines, not 32. The
+// four lanes of a block load the same weight bytes (one L1 request). Weight = d q + m (m = -bias
+// d without a min); quarter k of the block: elements 8k .. 8k + 7.
+struct fdec8 {
+  float w[8];
+  float d, m;
 };
-template <>
-struct fx<mq_q4_0> : fx_small<mq_q4_0> {};
-template <>
-struct fx<mq_q4_1> : fx_small<mq_q4_1> {};
-template <>
-struct fx<mq_q5_0> : fx_small<mq_q5_0> {};
-template <>
-struct fx<mq_q5_1> : fx_small<mq_q5_1> {};
+struct fx8 {
+  float4 a, b;
+};
+// Words 2k and 2k + 1 of the block's 8 quant words, by selects (no runtime register indexing).
+__device__ __forceinline__ void quarter_words(const uint32_t (&q)[8], int k, uint32_t& w0, uint32_t& w1) {
+  w0 = k == 0 ? q[0] : k == 1 ? q[2] : k == 2 ? q[4] : q[6];
+  w1 = k == 0 ? q[1] : k == 1 ? q[3] : k == 2 ? q[5] : q[7];
+}
 
-// Q8_0: signed levels; a = d.
-template <>
-struct fx<mq_q8_0> : mq_q8_0 {
+template <class Q, bool Signed>
+struct fx_quarters : Q {
   static constexpr bool int8_x = false;
-  using dec = fdec;
-  using xpiece = fx32;
-  static __device__ __forceinline__ dec decode(const raw& r, int k) {
-    const mq_q8_0::dec q = mq_q8_0::decode(r, k);
-    dec w;
+  static constexpr int ppb = 4;
+  using dec = fdec8;
+  using xpiece = fx8;
+  static __device__ __forceinline__ dec decode(const typename Q::raw& r, int k) {
+    const typename Q::dec b = Q::decode(r, 0);
+    uint32_t q[8], w0, w1;
+    float d, m;
+    if constexpr (Signed) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) bytes_f_s8(q.q[i], w.w + 4 * i);
-    w.a = q.d, w.b = w.c = w.e = 0.f;
+      for (int i = 0; i < 8; ++i) q[i] = b.q[i];
+      d = b.d, m = 0.f;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) q[i] = b.lo[i], q[4 + i] = b.hi[i];  // elements 0..15, 16..31
+      d = b.d, m = b.m;
+    }
+    quarter_words(q, k, w0, w1);
+    dec w;
+    if constexpr (Signed) {
+      bytes_f_s8(w0, w.w), bytes_f_s8(w1, w.w + 4);
+    } else {
+      bytes_f(w0, 0.f, w.w), bytes_f(w1, 0.f, w.w + 4);
+    }
+    w.d = d, w.m = m;
     return w;
   }
-  static __device__ __forceinline__ xpiece load_x(const x_view& xs, int t, int b, int) {
-    return load_x32(xs, t, 32 * static_cast<int64_t>(b));
+  static __device__ __forceinline__ xpiece load_x(const x_view& xs, int t, int b, int k) {
+    const float* p = xs.xf + t * xs.n_in + 32 * static_cast<int64_t>(b) + 8 * k;
+    return {ldxf(p), ldxf(p + 4)};
   }
   static __device__ __forceinline__ float dot(const dec& w, const xpiece& x) {
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) s = dot4(w.w + 4 * i, x.v[i], s);
-    return w.a * s;
+    const float s = dot4(w.w + 4, x.b, dot4(w.w, x.a, 0.f));
+    return Signed ? w.d * s : fmaf(w.d, s, w.m * (sum4(x.a) + sum4(x.b)));
   }
 };
+template <>
+struct fx<mq_q4_0> : fx_quarters<mq_q4_0, false> {};
+template <>
+struct fx<mq_q4_1> : fx_quarters<mq_q4_1, false> {};
+template <>
+struct fx<mq_q5_0> : fx_quarters<mq_q5_0, false> {};
+template <>
+struct fx<mq_q5_1> : fx_quarters<mq_q5_1, false> {};
+template <>
+struct fx<mq_q8_0> : fx_quarters<mq_q8_0, true> {};
 
 // Q4_K/Q5_K: 16 weights of sub-block 2g (w[0..15]) and 16 of 2g + 1 (w[16..31]), each d q - m:
 // a, b = d0, d1; c, e = m0, m1.
