@@ -1,13 +1,15 @@
 // Attention kernels over the paged KV cache (f16, f32 or Q8_0 rows). Decode: one thread block per
-// (token, head, split), each warp walking keys with an online softmax, lanes holding head_dim/32
-// dims; partial results of the splits are merged by a second kernel. Prefill helpers feed cuBLAS
-// GEMMs (see attention.h). Q8_0 rows are quantized on the GPU exactly as the CPU's quantize_row.
+// (token, head, split), each warp walking keys in runs of four with an online softmax, lanes
+// holding head_dim/32 dims; the last split of a head to finish merges the partials (one launch).
+// Prefill helpers feed cuBLAS GEMMs (see attention.h). Q8_0 rows are quantized on the GPU exactly
+// as the CPU's quantize_row.
 #include "kernels/attention.h"
 
 #include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/matvec_x.cuh"
 #include "kernels/pdl.cuh"
@@ -18,6 +20,10 @@ namespace {
 
 constexpr int k_warps = 4;
 constexpr int k_max_split = 32;
+constexpr int k_keys = 4;  // keys a warp loads at once in the decode kernel
+// Splits are only used for fewer (token, head) pairs than this: one arrival counter per pair,
+// at the start of the workspace.
+constexpr int k_split_counters = 1024;
 
 template <int N>
 __device__ __forceinline__ void load_row(const uint16_t* p, float (&o)[N]) {
@@ -391,7 +397,36 @@ __global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_kernel(qk_rop
     store_row(buf, D, cache + at, q8s[0]);
 }
 
+// Merges the splits of one (token, head) with the block's threads: out = sum_s O_s e^{m_s - M}
+// / sum_s l_s e^{m_s - M} over the splits that saw keys. Reads through L2 (__ldcg): other
+// blocks wrote the partials during this launch.
+__device__ void combine_splits(const float* part, int64_t head, int pos, int head_dim, int n_split, int chunk,
+                               float* out, int8_t* out_q, float2* out_ds) {
+  const int used = min(n_split, (pos + chunk) / chunk);  // splits that saw keys
+  const float* p = part + head * n_split * (head_dim + 2);
+  float M = -INFINITY;
+  for (int s = 0; s < used; ++s) M = fmaxf(M, __ldcg(p + s * (head_dim + 2) + head_dim));
+  float L = 0.f;
+  for (int s = 0; s < used; ++s) {
+    const float* ps = p + s * (head_dim + 2);
+    const float l = __ldcg(ps + head_dim + 1);
+    if (l > 0.f) L += l * expf(__ldcg(ps + head_dim) - M);
+  }
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float o = 0.f;
+    for (int s = 0; s < used; ++s) {
+      const float* ps = p + s * (head_dim + 2);
+      if (__ldcg(ps + head_dim + 1) > 0.f) o += __ldcg(ps + d) * expf(__ldcg(ps + head_dim) - M);
+    }
+    const float v = o / L;
+    out[head * head_dim + d] = v;
+    // Warps cover 32 consecutive d (head_dim % 32 == 0): one int8 block of the token's row.
+    if (out_q) quantize_x_warp(v, out_q + head * head_dim + (d & ~31), out_ds + (head * head_dim + d) / 32);
+  }
+}
+
 // Grid (n_tok * n_head, n_split), k_warps warps. Split s covers keys [s * chunk, (s+1) * chunk).
+// part: the split partials, after k_split_counters arrival counters (null without splits).
 template <int DPL, class T>
 __global__ void __launch_bounds__(32 * k_warps)
     paged_attention_kernel(paged_attention_args a, int n_split, int chunk, float* part) {
@@ -411,23 +446,47 @@ __global__ void __launch_bounds__(32 * k_warps)
 #pragma unroll
   for (int i = 0; i < DPL; ++i) q[i] = qrow[i] * a.scale, acc[i] = 0.f;
   float m = -INFINITY, l = 0.f;
-  for (int j = begin + warp; j < end; j += k_warps) {
-    const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
-    const int64_t row = slot * a.n_head_kv + kvh;
-    float kv[DPL];
-    load_kv<DPL, T>(a.k_cache, row, lane, kv);
-    float s = 0.f;
+  // Each warp takes runs of k_keys consecutive keys: the run's table, K and V loads are all
+  // issued before the first is used, so a warp waits for one memory round trip per run rather
+  // than two dependent ones (table, then row) per key.
+  for (int j0 = begin + warp * k_keys; j0 < end; j0 += k_warps * k_keys) {
+    int64_t row[k_keys];
 #pragma unroll
-    for (int i = 0; i < DPL; ++i) s = fmaf(q[i], kv[i], s);
+    for (int u = 0; u < k_keys; ++u) {
+      const int j = min(j0 + u, end - 1);  // keys past the end load a valid row, masked below
+      row[u] = (static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size) * a.n_head_kv + kvh;
+    }
+    float kr[k_keys][DPL], vr[k_keys][DPL], s[k_keys];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    const float m_new = fmaxf(m, s);
+    for (int u = 0; u < k_keys; ++u) load_kv<DPL, T>(a.k_cache, row[u], lane, kr[u]);
+#pragma unroll
+    for (int u = 0; u < k_keys; ++u) load_kv<DPL, T>(a.v_cache, row[u], lane, vr[u]);
+#pragma unroll
+    for (int u = 0; u < k_keys; ++u) {
+      s[u] = 0.f;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) s[u] = fmaf(q[i], kr[u][i], s[u]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int u = 0; u < k_keys; ++u) s[u] += __shfl_xor_sync(0xffffffffu, s[u], o);
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < k_keys; ++u)
+      if (j0 + u < end) m_new = fmaxf(m_new, s[u]);
     const float corr = expf(m - m_new);  // 0 while m is -inf
-    const float p = expf(s - m_new);
-    load_kv<DPL, T>(a.v_cache, row, lane, kv);
-    l = l * corr + p;
+    float p[k_keys], psum = 0.f;
 #pragma unroll
-    for (int i = 0; i < DPL; ++i) acc[i] = fmaf(p, kv[i], acc[i] * corr);
+    for (int u = 0; u < k_keys; ++u) p[u] = j0 + u < end ? expf(s[u] - m_new) : 0.f, psum += p[u];
+    l = l * corr + psum;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      float v = acc[i] * corr;
+#pragma unroll
+      for (int u = 0; u < k_keys; ++u) v = fmaf(p[u], vr[u][i], v);
+      acc[i] = v;
+    }
     m = m_new;
   }
 
@@ -461,48 +520,33 @@ __global__ void __launch_bounds__(32 * k_warps)
       part[(head * n_split + blockIdx.y) * (D + 2) + d] = o;
     }
   }
-  if (n_split > 1 && threadIdx.x == 0) {
+  if (n_split == 1) return;
+  if (threadIdx.x == 0) {
     float* pm = part + (head * n_split + blockIdx.y) * (D + 2) + D;
     pm[0] = mb, pm[1] = lb;
   }
-}
-
-// One block per (token, head): out = sum_s O_s e^{m_s - M} / sum_s l_s e^{m_s - M}.
-__global__ void combine_splits_kernel(const float* __restrict__ part, const int32_t* __restrict__ tok_pos,
-                                      int n_head, int head_dim, int n_split, int chunk, float* out, int8_t* out_q,
-                                      float2* out_ds) {
-  const int64_t head = blockIdx.x;
-  const int pos = tok_pos[head / n_head];
-  if (pos < 0) return;
-  const int used = min(n_split, (pos + chunk) / chunk);  // splits that saw keys
-  const float* p = part + head * n_split * (head_dim + 2);
-  float M = -INFINITY;
-  for (int s = 0; s < used; ++s) M = fmaxf(M, p[s * (head_dim + 2) + head_dim]);
-  float L = 0.f;
-  for (int s = 0; s < used; ++s) {
-    const float* ps = p + s * (head_dim + 2);
-    if (ps[head_dim + 1] > 0.f) L += ps[head_dim + 1] * expf(ps[head_dim] - M);
+  // The last of the head's splits to finish merges them (no second launch): its partials are
+  // visible to it once every block has fenced its writes before counting itself in.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    auto* counter = reinterpret_cast<unsigned*>(part) - k_split_counters + head;
+    last = atomicAdd(counter, 1u) == static_cast<unsigned>(n_split - 1);
+    if (last) *counter = 0u;  // left zero for the next launch
   }
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float o = 0.f;
-    for (int s = 0; s < used; ++s) {
-      const float* ps = p + s * (head_dim + 2);
-      if (ps[head_dim + 1] > 0.f) o += ps[d] * expf(ps[head_dim] - M);
-    }
-    const float v = o / L;
-    out[head * head_dim + d] = v;
-    // Warps cover 32 consecutive d (head_dim % 32 == 0): one int8 block of the token's row.
-    if (out_q) quantize_x_warp(v, out_q + head * head_dim + (d & ~31), out_ds + (head * head_dim + d) / 32);
-  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  combine_splits(part, head, pos, D, n_split, chunk, a.out, a.out_q, a.out_ds);
 }
 
 template <int DPL, class T>
 cudaError_t launch_paged(const paged_attention_args& a, int n_split, int chunk, float* work, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.n_tok * a.n_head), static_cast<unsigned>(n_split));
-  paged_attention_kernel<DPL, T><<<grid, 32 * k_warps, 0, stream>>>(a, n_split, chunk, work);
-  if (n_split > 1)
-    combine_splits_kernel<<<static_cast<unsigned>(a.n_tok * a.n_head), 128, 0, stream>>>(
-        work, a.tok_pos, a.n_head, a.head_dim, n_split, chunk, a.out, a.out_q, a.out_ds);
+  // Partials follow the split counters at the start of work.
+  float* part = n_split > 1 ? work + k_split_counters : nullptr;
+  paged_attention_kernel<DPL, T><<<grid, 32 * k_warps, 0, stream>>>(a, n_split, chunk, part);
   return cudaGetLastError();
 }
 
@@ -624,8 +668,23 @@ cudaError_t launch_qk_rope_store(const qk_rope_store_args& a, cudaStream_t strea
   return cudaErrorInvalidValue;
 }
 
+namespace {
+
+// Keys per split when there are few (token, head) pairs: 64 gives a warp 16 keys (four runs of
+// k_keys) per split. TANDEM_ATTN_SPLIT_KEYS=N overrides it (N >= 16), to measure.
+int split_keys() {
+  static const int keys = [] {
+    const char* e = std::getenv("TANDEM_ATTN_SPLIT_KEYS");
+    const int v = e ? std::atoi(e) : 0;
+    return v >= 16 ? v : 64;
+  }();
+  return keys;
+}
+
+}  // namespace
+
 size_t paged_attention_work_floats(int n_tok, int n_head, int head_dim, int n_split) {
-  return static_cast<size_t>(n_tok) * n_head * n_split * (head_dim + 2);
+  return k_split_counters + static_cast<size_t>(n_tok) * n_head * n_split * (head_dim + 2);
 }
 
 cudaError_t launch_paged_attention(const paged_attention_args& a, float* work, size_t work_floats,
@@ -638,8 +697,9 @@ cudaError_t launch_paged_attention(const paged_attention_args& a, float* work, s
   // Enough blocks to fill a large GPU: split long caches when there are few (token, head) pairs.
   int n_split = 1;
   const int64_t pairs = static_cast<int64_t>(a.n_tok) * a.n_head;
-  if (pairs < 1024) {
-    n_split = static_cast<int>((a.max_kv + 127) / 128);
+  if (pairs < k_split_counters) {
+    const int keys = split_keys();
+    n_split = static_cast<int>((a.max_kv + keys - 1) / keys);
     const int64_t want_blocks = 2048 / pairs + 1;
     if (n_split > want_blocks) n_split = static_cast<int>(want_blocks);
     if (n_split > k_max_split) n_split = k_max_split;

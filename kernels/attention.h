@@ -62,12 +62,16 @@ struct paged_attention_args {
   float2* out_ds = nullptr;
 };
 
-// Floats of workspace that lets the decode kernel split each head's keys n_split ways.
+// Floats of workspace that lets the decode kernel split each head's keys n_split ways: split
+// arrival counters, then the partials.
 size_t paged_attention_work_floats(int n_tok, int n_head, int head_dim, int n_split);
 
 // out = softmax(scale · q·Kᵀ) · V per token and head (GQA: head h reads kv head h / (n_head /
 // n_head_kv)). head_dim must be 32, 64, 128 or 256. `work` (may be null) holds split partials;
-// the launcher picks the most splits that fit in work_floats (at most 32).
+// the launcher picks the most splits that fit in work_floats (at most 32). One launch: the last
+// split of a head to finish merges the partials. work must be zeroed (cudaMemset) before its
+// first use; every launch leaves its counters zero again, so a workspace is not to be shared by
+// launches that may run at the same time.
 cudaError_t launch_paged_attention(const paged_attention_args& a, float* work, size_t work_floats,
                                    cudaStream_t stream);
 

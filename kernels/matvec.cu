@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "kernels/matvec_fx.cuh"
 #include "kernels/matvec_types.cuh"
 #include "kernels/matvec_x.cuh"
 #include "kernels/pdl.cuh"
@@ -243,11 +244,7 @@ cudaError_t launch_nt(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool a
   return launch_rows<Q, NT, 1>(jb, n_blocks, xs, n_tok, add, s);
 }
 
-// One launch over the jobs of type Q (x already quantized into xs where Q reads int8).
-template <class Q>
-cudaError_t launch_type(int64_t n_in, const matvec_job* const* outs, int n_outs, x_view xs, int n_tok, bool add,
-                        rows_choice rc, cudaStream_t s) {
-  if (n_in % Q::qk != 0 || n_in / Q::qk > (1 << 24)) return cudaErrorInvalidValue;
+jobs make_jobs(const matvec_job* const* outs, int n_outs) {
   jobs jb;
   int64_t rows = 0;
   for (int i = 0; i < n_outs; ++i) {
@@ -257,6 +254,15 @@ cudaError_t launch_type(int64_t n_in, const matvec_job* const* outs, int n_outs,
     jb.n_out[jb.n] = outs[i]->n_out;
     jb.row_end[jb.n++] = rows += outs[i]->n_out;
   }
+  return jb;
+}
+
+// One launch over the jobs of type Q (x already quantized into xs where Q reads int8).
+template <class Q>
+cudaError_t launch_type(int64_t n_in, const matvec_job* const* outs, int n_outs, x_view xs, int n_tok, bool add,
+                        rows_choice rc, cudaStream_t s) {
+  if (n_in % Q::qk != 0 || n_in / Q::qk > (1 << 24)) return cudaErrorInvalidValue;
+  const jobs jb = make_jobs(outs, n_outs);
   if (jb.n == 0) return cudaSuccess;
   const int nb = static_cast<int>(n_in / Q::qk);
   if (n_tok <= 1) return launch_nt<Q, 1>(jb, nb, xs, n_tok, add, rc, s);
@@ -287,6 +293,19 @@ cudaError_t launch_of_type(ggml_type t, int64_t n_in, const matvec_job* const* o
 }
 
 bool reads_int8_x(ggml_type t) { return t != ggml_type::f32 && t != ggml_type::f16; }
+
+// A quantized type against float x (fx<Q>): only one token (two rows per group: each x load
+// serves both) and 2..8 tokens (one row) are built, to keep the number of kernels down.
+template <class Q>
+cudaError_t launch_float_x(int64_t n_in, const matvec_job& job, x_view xs, int n_tok, cudaStream_t s) {
+  if (n_in % Q::qk != 0 || n_in / Q::qk > (1 << 24)) return cudaErrorInvalidValue;
+  const matvec_job* one = &job;
+  const jobs jb = make_jobs(&one, 1);
+  if (jb.n == 0) return cudaSuccess;
+  const int nb = static_cast<int>(n_in / Q::qk);
+  if (n_tok <= 1) return launch_rows<fx<Q>, 1, 2>(jb, nb, xs, n_tok, false, s);
+  return launch_rows<fx<Q>, 8, 1>(jb, nb, xs, n_tok, false, s);
+}
 
 }  // namespace
 
@@ -369,6 +388,28 @@ cudaError_t launch_matvec_multi(ggml_type t, int64_t n_in, const matvec_output* 
   matvec_job js[k_matvec_max_outputs];
   for (int i = 0; i < n_outs; ++i) js[i] = {t, outs[i].w, outs[i].n_out, outs[i].y};
   return launch_matvec_jobs(n_in, js, n_outs, x, false, n_tok, add, work, stream);
+}
+
+cudaError_t launch_matvec_float_x(ggml_type t, const void* w, int64_t n_in, int64_t n_out, const float* x, int n_tok,
+                                  float* y, cudaStream_t stream) {
+  if (n_in <= 0 || n_in % 32 != 0 || n_out < 0 || n_tok < 0 || n_tok > k_matvec_max_tokens)
+    return cudaErrorInvalidValue;
+  if (!gpu_can_matvec(t)) return cudaErrorInvalidValue;
+  if (!aligned(w, 16) || !aligned(x, 16)) return cudaErrorMisalignedAddress;
+  if (n_tok == 0) return cudaSuccess;
+  const matvec_job job{t, w, n_out, y};
+  const x_view xs{x, nullptr, nullptr, n_in};
+  switch (t) {
+    case ggml_type::q4_0: return launch_float_x<mq_q4_0>(n_in, job, xs, n_tok, stream);
+    case ggml_type::q4_1: return launch_float_x<mq_q4_1>(n_in, job, xs, n_tok, stream);
+    case ggml_type::q5_0: return launch_float_x<mq_q5_0>(n_in, job, xs, n_tok, stream);
+    case ggml_type::q5_1: return launch_float_x<mq_q5_1>(n_in, job, xs, n_tok, stream);
+    case ggml_type::q8_0: return launch_float_x<mq_q8_0>(n_in, job, xs, n_tok, stream);
+    case ggml_type::q4_k: return launch_float_x<mq_q4_k>(n_in, job, xs, n_tok, stream);
+    case ggml_type::q5_k: return launch_float_x<mq_q5_k>(n_in, job, xs, n_tok, stream);
+    case ggml_type::q6_k: return launch_float_x<mq_q6_k>(n_in, job, xs, n_tok, stream);
+    default: return launch_matvec(t, w, n_in, n_out, x, n_tok, y, nullptr, stream);  // F32/F16 read floats
+  }
 }
 
 cudaError_t launch_matvec(ggml_type t, const void* w, int64_t n_in, int64_t n_out, const float* x, int n_tok,

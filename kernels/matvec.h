@@ -33,6 +33,12 @@ size_t matvec_work_bytes(int64_t n_in, int n_tok);
 cudaError_t launch_matvec(ggml_type t, const void* w, int64_t n_in, int64_t n_out, const float* x, int n_tok,
                           float* y, void* work, cudaStream_t stream);
 
+// launch_matvec with x read as floats by every type (no int8 rounding of x; no workspace): for
+// the output head, whose argmax the int8 copy's error on activations with outliers (1-4%) can
+// flip. Weights stay in their GGUF type; same requirements and errors as launch_matvec.
+cudaError_t launch_matvec_float_x(ggml_type t, const void* w, int64_t n_in, int64_t n_out, const float* x, int n_tok,
+                                  float* y, cudaStream_t stream);
+
 // One matrix of a fused mat-vec launch.
 struct matvec_output {
   const void* w = nullptr;

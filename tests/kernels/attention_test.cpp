@@ -129,7 +129,7 @@ TEST(paged_attention, q8_0_cache_matches_attend_head) {
     std::vector<float> q(size_t(T) * c.Hq * D);
     for (auto& x : q) x = u(rng) * 0.01f;  // scores of order 1 with the large (x300) cache rows
     dev<uint8_t> dk(c.k), dv(c.v);
-    dev<float> dq(q), dout(size_t(T) * c.Hq * D), work(paged_attention_work_floats(T, c.Hq, D, 32));
+    dev<float> dq(q), dout(size_t(T) * c.Hq * D), work(paged_attention_work_floats(T, c.Hq, D, 32), 0);  // counters start at 0
     dev<int32_t> dtab(c.table), dtt(std::vector<int32_t>(T, 0)), dpos(pos);
     paged_attention_args a;
     a.q = dq.p, a.k_cache = dk.p, a.v_cache = dv.p, a.cache_type = ggml_type::q8_0, a.out = dout.p;

@@ -181,7 +181,7 @@ TEST(attention, paged_matches_attend_head) {
     const int T = int(pos.size());
     const auto q = randoms(size_t(T) * Hq * D, 10, -2.f, 2.f);
     dev<uint16_t> dk(k16), dv(v16);
-    dev<float> dq(q), dout(size_t(T) * Hq * D), work(paged_attention_work_floats(T, Hq, D, 32));
+    dev<float> dq(q), dout(size_t(T) * Hq * D), work(paged_attention_work_floats(T, Hq, D, 32), 0);  // counters start at 0
     dev<int32_t> dtab(table), dtt(std::vector<int32_t>(T, 0)), dpos(pos);
     paged_attention_args a;
     a.q = dq.p, a.k_cache = dk.p, a.v_cache = dv.p, a.cache_type = ggml_type::f16, a.out = dout.p;
@@ -192,7 +192,10 @@ TEST(attention, paged_matches_attend_head) {
     dev<uint8_t> qwork(matvec_work_bytes(int64_t(Hq) * D, T));
     const matvec_qx qx = matvec_x_parts(qwork.p, int64_t(Hq) * D, T);
     a.out_q = qx.q, a.out_ds = qx.ds;
-    for (bool split : {false, true}) {
+    // The split path twice, out poisoned before each run: the first run must leave its split
+    // counters at zero for the second to merge again.
+    for (bool split : {false, true, true}) {
+      ASSERT_EQ(cudaMemset(dout.p, 0x7f, dout.n * sizeof(float)), cudaSuccess);
       ASSERT_EQ(launch_paged_attention(a, split ? work.p : nullptr, split ? work.n : 0, nullptr), cudaSuccess);
       const auto got = dout.host();
       const auto qbytes = qwork.host();

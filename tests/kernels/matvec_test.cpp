@@ -249,6 +249,53 @@ TEST(matvec, rejects_bad_arguments) {
   EXPECT_GE(matvec_work_bytes(4096, 8), size_t(4096 * 8 + 4096 / 32 * 8 * 8));
 }
 
+// The output head's path (launch_matvec_float_x) on x with outliers, as real activations have:
+// one value of ~200 in every fourth block of 32 among values in [-1, 1]. Its outputs must match
+// the dequantized weights dotted with the float x (2e-5 of sum |w x|); the int8 path must not
+// (its block scale of 200 / 127 rounds the small values to 0 or +-1.6), which shows that the
+// input tells the two apart.
+TEST(matvec, float_x_matches_outliers_int8_does_not) {
+  REQUIRE_GPU();
+  const int64_t n_out = 64;
+  // 288 and 768: matrices whose end is not 16-byte aligned for the 2-byte aligned types.
+  for (int64_t n_in : {288, 768, 4096})
+  for (ggml_type t : k_types) {
+    if (!int8_activations(t) || n_in % int64_t(type_info(t).block_size) != 0) continue;
+    const auto q = quantize_matrix(t, randoms(n_in * n_out, 111), n_in, n_out);
+    const auto deq = dequantize_matrix(t, q, n_in, n_out);
+    for (int n_tok : {1, 3, 8}) {
+      auto x = randoms(n_in * n_tok, 112 + n_tok);
+      for (int64_t i = 7; i < n_in * n_tok; i += 128) x[i] = (i / 128) % 2 ? 200.f : -170.f;
+      dev<uint8_t> dw(q), work(matvec_work_bytes(n_in, n_tok));
+      dev<float> dx(x), dy(size_t(n_tok * n_out)), dy8(size_t(n_tok * n_out));
+      ASSERT_EQ(launch_matvec_float_x(t, dw.p, n_in, n_out, dx.p, n_tok, dy.p, nullptr), cudaSuccess);
+      ASSERT_EQ(launch_matvec(t, dw.p, n_in, n_out, dx.p, n_tok, dy8.p, work.p, nullptr), cudaSuccess);
+      const auto y = dy.host(), y8 = dy8.host();
+      double int8_worst = 0;  // largest error of the int8 path in units of the tolerance
+      for (int tk = 0; tk < n_tok; ++tk)
+        for (int64_t o = 0; o < n_out; ++o) {
+          double exact = 0, mag = 0;
+          for (int64_t i = 0; i < n_in; ++i) {
+            const double p = double(deq[o][i]) * x[tk * n_in + i];
+            exact += p, mag += std::fabs(p);
+          }
+          const double tol = 2e-5 * mag + 1e-6;
+          ASSERT_NEAR(y[tk * n_out + o], exact, tol) << type_name(t) << " n_in " << n_in << " tok " << tk << " row " << o;
+          int8_worst = std::max(int8_worst, std::fabs(y8[tk * n_out + o] - exact) / tol);
+        }
+      EXPECT_GT(int8_worst, 10.0) << type_name(t) << " n_in " << n_in << ": the int8 path should miss on this input";
+    }
+  }
+  dev<uint8_t> w(size_t(4096));
+  dev<float> x(size_t(256)), y(size_t(16));
+  EXPECT_EQ(launch_matvec_float_x(ggml_type::q4_k, w.p, 100, 4, x.p, 1, y.p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_matvec_float_x(ggml_type::bf16, w.p, 64, 4, x.p, 1, y.p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_matvec_float_x(ggml_type::q8_0, w.p, 64, 4, x.p, 9, y.p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_matvec_float_x(ggml_type::q8_0, w.p, 64, 4, x.p + 1, 1, y.p, nullptr), cudaErrorMisalignedAddress);
+  EXPECT_EQ(launch_matvec_float_x(ggml_type::f16, w.p, 64, 4, x.p, 1, y.p, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 // Times `launch` (median of 5 rounds of 50 calls) after warm-up, in microseconds per call. With
 // graph, the 50 calls are captured once into a CUDA graph and the graph is replayed: GPU time
 // without the host's launch overhead.
@@ -370,6 +417,43 @@ TEST(big, matvec_bandwidth) {
             n_tok, us, us_stream, gbs, 100.0 * gbs / copy_gbs, forced[0], forced[1], forced[2], forced[3],
             forced[4], forced[5], forced[6]);
       }
+    }
+  }
+}
+
+// The output head's shape (151936 x 4096, Q6_K as in Q4_K_M, and Q8_0) with the int8 copy of x
+// and with float x (launch_matvec_float_x), one token and eight; as matvec_bandwidth (two
+// copies of the matrix, > 4x the L2). Prints us and GB/s; asserts only that the launches succeed.
+TEST(big, head_bandwidth) {
+  REQUIRE_GPU();
+  const int64_t n_in = 4096, n_out = 151936, tile = 64;
+  for (ggml_type t : {ggml_type::q6_k, ggml_type::q8_0}) {
+    const auto q = quantize_matrix(t, randoms(n_in * tile, 121), n_in, tile);
+    const size_t mat = q.size() * size_t(n_out / tile);
+    std::vector<uint8_t> one(mat);
+    for (int64_t i = 0; i < n_out / tile; ++i) std::copy(q.begin(), q.end(), one.begin() + i * q.size());
+    const int copies = 2;
+    dev<uint8_t> dw(mat * copies, 0);
+    for (int c = 0; c < copies; ++c)
+      ASSERT_EQ(cudaMemcpy(dw.p + c * mat, one.data(), mat, cudaMemcpyHostToDevice), cudaSuccess);
+    for (int n_tok : {1, 8}) {
+      dev<float> dx(randoms(n_in * n_tok, 122)), dy(size_t(n_out * n_tok));
+      dev<uint8_t> work(matvec_work_bytes(n_in, n_tok));
+      cudaError_t err = cudaSuccess;
+      for (bool floats : {false, true}) {
+        auto run = [&](int i, cudaStream_t s) {
+          const uint8_t* w = dw.p + (i % copies) * mat;
+          const cudaError_t e = floats ? launch_matvec_float_x(t, w, n_in, n_out, dx.p, n_tok, dy.p, s)
+                                       : launch_matvec(t, w, n_in, n_out, dx.p, n_tok, dy.p, work.p, s);
+          if (e != cudaSuccess) err = e;
+        };
+        const double us = time_us(run, true);
+        std::printf("head %-5s %lld x %lld, %d tok, %-7s x: %7.1f us, %6.0f GB/s\n", std::string(type_name(t)).c_str(),
+                    static_cast<long long>(n_out), static_cast<long long>(n_in), n_tok, floats ? "float" : "int8",
+                    us, double(mat) / (us * 1e-6) / 1e9);
+      }
+      ASSERT_EQ(err, cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     }
   }
 }

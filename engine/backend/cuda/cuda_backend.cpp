@@ -98,6 +98,8 @@ class cuda_backend final : public cuda_stage {
   status init(const cuda_backend_options& opt) {
     const char* env = std::getenv("TANDEM_CUDA_GRAPHS");
     use_graphs_ = opt.graphs && !(env && std::string_view(env) == "0");
+    const char* head = std::getenv("TANDEM_CUDA_HEAD_INT8");
+    head_int8_ = head && std::string_view(head) == "1";
     TANDEM_TRY(upload_weights(desc_, *ctx_, opt.staging_bytes, range_, w_, stats_));
     TANDEM_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     bytes_per_token_ = range_.head ? desc_.output->n_bytes : 0;
@@ -177,6 +179,7 @@ class cuda_backend final : public cuda_stage {
   status attention(uint32_t il, cuda_kv_cache& cache, bool quantize_out = false);
   status attention_gemm(uint32_t il, cuda_kv_cache& cache, const token_run& r);
   status matmul(const device_matrix& w, const float* x, int n_tok, float* y);
+  status output_head(const float* x, int n_tok, float* y);
   struct matmul_job {
     const device_matrix* w;
     float* y;
@@ -201,6 +204,7 @@ class cuda_backend final : public cuda_stage {
   int scratch_tokens_ = 0;
   cuda_graph_cache graphs_;
   bool use_graphs_ = true;
+  bool head_int8_ = false;  // TANDEM_CUDA_HEAD_INT8=1: the head reads the int8 copy of x
   weight_range range_;
   hparams hp_;  // the model's, with this device's share of heads and FFN columns
   cudaEvent_t done_ = nullptr;  // recorded after each step (layer split hand-over)
@@ -282,6 +286,14 @@ status cuda_backend::prepare(const batch& b, const kv_cache& book) {
   // The previous forward ended with a stream sync, so the pinned buffer is free to refill; the
   // step (graph or not) copies it to the device as its first operation.
   std::memcpy(ints_host_.get(), plan_.ints.data(), int_bytes);
+  // The paged attention's split workspace (splits are only used when there are few (token, head)
+  // pairs: sized for that case). Its arrival counters must start at zero; launches leave them so.
+  const int pairs = std::min<int>(plan_.n_tok * int(hp_.n_head), 1024);
+  const size_t attn_bytes = paged_attention_work_floats(1, pairs, int(hp_.head_dim), 32) * sizeof(float);
+  if (attn_bytes > attn_work_.size()) {
+    TANDEM_TRY(attn_work_.alloc(attn_bytes));
+    TANDEM_CUDA_TRY(cudaMemsetAsync(attn_work_.get(), 0, attn_bytes, ctx_->stream()));
+  }
   return {};
 }
 
@@ -322,7 +334,7 @@ status cuda_backend::enqueue(cuda_kv_cache& cache, bool argmax) {
                                      xo_.get<float>(), s));
   TANDEM_CUDA_TRY(launch_rms_norm(xo_.get<float>(), w_.output_norm, xo_.get<float>(), n_out, hp.n_embd,
                                   hp.rms_eps, s));
-  TANDEM_TRY(matmul(w_.output, xo_.get<float>(), n_out, logits_.get<float>()));
+  TANDEM_TRY(output_head(xo_.get<float>(), n_out, logits_.get<float>()));
   if (argmax)
     TANDEM_CUDA_TRY(launch_argmax(logits_.get<float>(), n_out, hp.n_vocab, ids_.get<int32_t>(), s));
   return {};
@@ -406,6 +418,17 @@ status cuda_backend::ensure_scratch(int n) {
   TANDEM_TRY(xh_.alloc(T * std::max({E, QD, F}) * sizeof(uint16_t)));
   TANDEM_TRY(matvec_work_.alloc(matvec_work_bytes(int64_t(std::max({E, QD, F})), std::min(n, k_matvec_max_tokens))));
   scratch_tokens_ = n;
+  return {};
+}
+
+// Decode-sized heads read x as floats: the int8 copy's 1-4% error on activations with outliers
+// flips near-tie argmaxes (seen on SmolLM2). TANDEM_CUDA_HEAD_INT8=1 restores the int8 path (to
+// measure what the floats cost).
+status cuda_backend::output_head(const float* x, int n_tok, float* y) {
+  const device_matrix& w = w_.output;
+  if (head_int8_ || n_tok > k_matvec_max_tokens || !gpu_can_matvec(w.type) || w.n_in % 32 != 0)
+    return matmul(w, x, n_tok, y);
+  TANDEM_CUDA_TRY(launch_matvec_float_x(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, ctx_->stream()));
   return {};
 }
 
@@ -595,9 +618,6 @@ status cuda_backend::attention(uint32_t il, cuda_kv_cache& cache, bool quantize_
     const matvec_qx qx = matvec_x_parts(matvec_work_.get(), int64_t(a.n_head) * a.head_dim, a.n_tok);
     a.out_q = qx.q, a.out_ds = qx.ds;
   }
-  // Split partials are only used when there are few (token, head) pairs: size for that case.
-  const int pairs = std::min(plan_.n_tok * a.n_head, 1024);
-  TANDEM_TRY(attn_work_.ensure(paged_attention_work_floats(1, pairs, a.head_dim, 32) * sizeof(float)));
   TANDEM_CUDA_TRY(launch_paged_attention(a, attn_work_.get<float>(), attn_work_.size() / sizeof(float),
                                          ctx_->stream()));
   return {};
