@@ -29,6 +29,7 @@ struct make_options {
   std::string tokenizer;
   uint64_t seed = 1;
   unsigned threads = 0;
+  uint64_t row_pool = 0;  // 0: every row drawn; else rows copy one of this many drawn rows
   bool quiet = false;
   bool tied = false, untied = false;
   // Shape overrides; 0 keeps the preset's value.
@@ -144,7 +145,7 @@ void run_make(const make_options& o) {
     uint64_t rows = 1;
     for (size_t d = 1; d < s.shape.size(); ++d) rows *= s.shape[d];
     auto fill = random_producer(type, s.shape[0], rows, tensor_seed(o.seed, s.name), 0.02f,
-                                s.role == tensor_role::norm, threads);
+                                s.role == tensor_role::norm, threads, o.row_pool);
     status st = w.add_tensor(s.name, type, s.shape, std::move(fill));
     if (!st) fail(s.name + ": " + st.message());
   }
@@ -173,6 +174,10 @@ void add_make_command(CLI::App& app) {
                   "Hugging Face tokenizer.json to embed (tokenizer_config.json beside it supplies "
                   "the chat template and special ids); default: a small byte-level vocabulary");
   cmd->add_option("--threads", o->threads, "Worker threads (default: all cores)");
+  cmd->add_option("--row-pool", o->row_pool,
+                  "Draw only this many rows per tensor and fill the rest with copies of them, picked by "
+                  "a hash of the row index: minutes become seconds for large shapes; for throughput "
+                  "benchmarks, where only shapes, types and bytes matter (default 0: every row drawn)");
   cmd->add_flag("-q,--quiet", o->quiet, "No progress output");
   cmd->add_option("--n-vocab", o->n_vocab, "Override the vocabulary size")->check(CLI::PositiveNumber);
   cmd->add_option("--n-ctx", o->n_ctx, "Override context_length")->check(CLI::PositiveNumber);

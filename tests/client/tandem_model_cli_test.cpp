@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <set>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -186,6 +187,38 @@ TEST_F(TandemModel, MakeIsDeterministicPerSeedAndThreadCount) {
   const std::string c = make("c.gguf", "--preset tiny --seed 8 --type Q4_K_M");
   EXPECT_EQ(slurp(a), slurp(b));
   EXPECT_NE(slurp(a), slurp(c));
+}
+
+// --row-pool: the first rows are the ones make draws anyway, every other row copies one of them,
+// and the copies are spread over the pool rather than repeating it in order.
+TEST_F(TandemModel, MakeRowPoolCopiesDrawnRows) {
+  const std::string full = make("full.gguf", "--preset tiny --seed 5 --type Q8_0");
+  const std::string pooled = make("pooled.gguf", "--preset tiny --seed 5 --type Q8_0 --row-pool 3");
+  EXPECT_EQ(slurp(full), slurp(make("zero.gguf", "--preset tiny --seed 5 --type Q8_0 --row-pool 0")));
+  auto f = tandem::gguf_file::open(full);
+  auto p = tandem::gguf_file::open(pooled);
+  ASSERT_TRUE(f.ok() && p.ok());
+  const tandem::gguf_tensor* tf = f->find_tensor("blk.0.ffn_up.weight");
+  const tandem::gguf_tensor* tp = p->find_tensor("blk.0.ffn_up.weight");
+  ASSERT_TRUE(tf && tp);
+  const uint64_t rows = tp->n_elements / tp->dims[0], rb = tp->n_bytes / rows;
+  ASSERT_GT(rows, 6u);
+  auto row = [rb](const tandem::gguf_tensor* t, uint64_t r) {
+    return std::string(reinterpret_cast<const char*>(t->data) + r * rb, rb);
+  };
+  std::set<std::string> pool, seen_after;
+  for (uint64_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(row(tp, r), row(tf, r)) << "row " << r;
+    pool.insert(row(tp, r));
+  }
+  ASSERT_EQ(pool.size(), 3u);
+  for (uint64_t r = 3; r < rows; ++r) {
+    ASSERT_TRUE(pool.count(row(tp, r))) << "row " << r << " is not a pool row";
+    seen_after.insert(row(tp, r));
+  }
+  EXPECT_EQ(seen_after.size(), 3u);
+  EXPECT_NE(row(tp, 5), row(tf, 5));
+  EXPECT_EQ(tp->n_bytes, tf->n_bytes);
 }
 
 TEST_F(TandemModel, QuantizeFollowsTheMixtureAndKeepsMetadata) {
