@@ -1,33 +1,49 @@
 #!/usr/bin/env bash
 # On a two-GPU machine, in one call: the GPU test binaries (layer and tensor split parity among
-# them), then a random Qwen3-8B-shaped model and `tandem-model bench` on one GPU, layer-split and
-# tensor-split over two at ratios 1:1, 1:1.75 and 1:2 (with 16 GiB / 32 GiB caps for the plan),
-# and the tensor split at 1:1 with NCCL_P2P_DISABLE=1 (NCCL through host memory).
+# them), then a random model of a preset shape and `tandem-model bench` on one GPU (capped at
+# 32 GiB), layer-split and tensor-split over two at ratios 1:1, 1:1.75 and 1:2 (16 GiB / 32 GiB caps
+# for the plan), the tensor split at 1:1 over each exchange transport (peer, host, nccl), and the
+# peak memory of the tensor split at 1:1 against its plan.
 # Usage (repo root): BIN=DIR_WITH_BINARIES bash scripts/gpu_split_run.sh
-# Env: TYPE (default Q4_K_M), MAKE_ARGS, BENCH_ARGS (default "-p 512 -n 128 -r 2"), TESTS (test binaries in
-# BIN to run first, default the CUDA backend and kernel tests found there).
+# Env: PRESET (default qwen3-8b; qwen3-32b for the shape that does not fit 16 GiB alone), TYPE
+# (default Q4_K_M), MAKE_ARGS (e.g. "--n-layer 12", or "--row-pool 256" to write the model in
+# seconds: throughput does not depend on the values), BENCH_ARGS (default "-p 512 -n 128 -r 2"),
+# TESTS (test binaries in BIN to run first, default the *_test files there; "" for none).
 set -uo pipefail
 bin=${BIN:?BIN=directory holding tandem-model and test binaries}
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on the shared machines
 [[ -d .devdeps ]] && export LD_LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
-for t in ${TESTS:-$(cd "$bin" && ls | grep -E '_test$')}; do
-  printf '%-28s ' "$t"; "$bin/$t" --gtest_brief=1 >"/tmp/$t.log" 2>&1 && echo ok || { echo FAILED; grep -E "FAILED|Failure" "/tmp/$t.log" | head -20; }
+for t in ${TESTS-$(cd "$bin" && ls | grep -E '_test$')}; do
+  printf '%-28s ' "$t"; "$bin/$t" --gtest_brief=1 --gtest_filter=-big.* >"/tmp/$t.log" 2>&1 && echo ok || {
+    echo FAILED; grep -E "FAILED|Failure" "/tmp/$t.log" | head -20; }
 done
-m=/tmp/tandem-qwen3-8b-${TYPE:-Q4_K_M}.gguf
+preset=${PRESET:-qwen3-8b} type=${TYPE:-Q4_K_M}
+m=/tmp/tandem-$preset-$type.gguf
 t0=$SECONDS
-# MAKE_ARGS (e.g. "--n-layer 12") shrinks the model when the full one would take too long to make.
-"$bin/tandem-model" make --preset qwen3-8b --type "${TYPE:-Q4_K_M}" ${MAKE_ARGS:-} -o "$m" -q || exit 1
-echo "make ${TYPE:-Q4_K_M} ${MAKE_ARGS:-}: $((SECONDS - t0)) s; commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%FT%TZ)"
+"$bin/tandem-model" make --preset "$preset" --type "$type" ${MAKE_ARGS:-} -o "$m" -q || exit 1
+echo "make $preset $type ${MAKE_ARGS:-}: $((SECONDS - t0)) s; commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%FT%TZ)"
 args=${BENCH_ARGS:--p 512 -n 128 -r 2}
-echo "== one GPU"; "$bin/tandem-model" bench -m "$m" $args | tail -n +1
+pair="--no-ceilings --devices 0=16GiB,1=32GiB"
+rows() { grep -E "^split|^\| [^m-]|rror"; }
+echo "== 16 GiB alone (refused when the plan does not fit)"; "$bin/tandem-model" bench -m "$m" $args --devices 0=16GiB --split none 2>&1 | rows
+echo "== one GPU, 32 GiB cap"; "$bin/tandem-model" bench -m "$m" $args --devices 0=32GiB --split none 2>&1 | grep -E "^ceil|^\| [^m-]|rror"
 for split in layer tensor; do
   for r in 1,1 1,1.75 1,2; do
-    echo "== $split split over 0=16GiB,1=32GiB at $r"
-    "$bin/tandem-model" bench -m "$m" $args --no-ceilings --devices 0=16GiB,1=32GiB --split $split --ratios $r |
-      grep -E "^split|^\| [^m-]"
+    echo "== $split split at $r"; "$bin/tandem-model" bench -m "$m" $args $pair --split $split --ratios $r 2>&1 | rows
   done
 done
-echo "== tensor split at 1,1 with NCCL_P2P_DISABLE=1"
-NCCL_P2P_DISABLE=1 "$bin/tandem-model" bench -m "$m" $args --no-ceilings --devices 0=16GiB,1=32GiB --split tensor \
-  --ratios 1,1 | grep -E "^split|^\| [^m-]"
+for x in host nccl; do
+  echo "== tensor split at 1,1, TANDEM_CUDA_EXCHANGE=$x"
+  TANDEM_CUDA_EXCHANGE=$x "$bin/tandem-model" bench -m "$m" $args $pair --split tensor --ratios 1,1 2>&1 | rows
+done
+echo "== peak memory of the tensor split at 1,1 (nvidia-smi every 50 ms) against the plan"
+# bench sizes its cache and batch for its largest test: the largest number in BENCH_ARGS.
+ctx=$(echo "$args" | tr ' ,' '\n\n' | grep -E '^[0-9]+$' | sort -n | tail -1)
+(while true; do nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits; sleep 0.05; done) >/tmp/mem.txt &
+sampler=$!
+"$bin/tandem-model" bench -m "$m" $args $pair --split tensor --ratios 1,1 >/dev/null 2>&1
+kill $sampler
+for d in 0 1; do echo "device $d peak $(grep "^$d," /tmp/mem.txt | cut -d, -f2 | sort -n | tail -1) MiB"; done
+"$bin/tandem-model" plan --model "$m" --devices 0=16GiB,1=32GiB --split tensor --ratios 1,1 --ctx "$ctx" --batch "$ctx" |
+  grep -E "^[01] |fits"
