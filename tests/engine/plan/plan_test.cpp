@@ -139,6 +139,25 @@ TEST(Plan, TensorBytesAddUpToTheModel) {
   }
 }
 
+// The tensor split's exchange buffers are charged exactly: on every device, per source device two
+// 4 MiB float slots and two 0.5 MiB word slots, and the flags (one buffer), and the block counters
+// (another), each in whole 2 MiB pages; a layer split has none.
+TEST(Plan, TensorSplitChargesTheExchangeBuffers) {
+  auto m = preset_shape("qwen3-8b", "Q6_K");
+  const auto tensor = make_memory_plan(m->desc, two_cards(split_mode::tensor, {1, 1}));
+  const auto layer = make_memory_plan(m->desc, two_cards(split_mode::layer, {1, 1}));
+  ASSERT_TRUE(tensor.ok() && layer.ok());
+  constexpr uint64_t MiB = 1ull << 20;
+  for (int d = 0; d < 2; ++d)
+    EXPECT_EQ(tensor->usage[size_t(d)].overhead, layer->usage[size_t(d)].overhead + 20 * MiB + 2 * MiB) << d;
+  plan_options three = two_cards(split_mode::tensor, {1, 1, 1});
+  three.devices.push_back(sized(32 * GiB, "32GiB"));
+  const auto p3 = make_memory_plan(m->desc, three);
+  ASSERT_TRUE(p3.ok()) << p3.message();
+  // 3 * 2 * (4 + 0.5) MiB = 27 MiB plus 768 bytes of flags: 28 MiB in pages, plus the counters.
+  EXPECT_EQ(p3->usage[0].overhead, layer->usage[0].overhead + 28 * MiB + 2 * MiB);
+}
+
 TEST(Plan, TensorSplitShardsCoverEveryTensorOnce) {
   auto m = preset_shape("qwen3-8b", "Q6_K");
   plan_options o = two_cards(split_mode::tensor, {1, 1.75});
