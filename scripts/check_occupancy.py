@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Occupancy guard for the decode kernels: compiles kernels/matvec.cu and kernels/layer_ops.cu for
+sm_90 with ptxas's resource report and fails if any kernel now fits fewer blocks per SM than
+tests/kernels/occupancy_budget.txt records. Decode speed follows the blocks in flight per SM,
+and a register count can jump with an innocent-looking change (a member added to the mat-vec's
+parameter struct once took Q4_K's decode kernel from 93 to 120 registers, five blocks per SM to
+four, and 32B decode from 110 to 92 t/s) that no functional test sees.
+
+Usage: scripts/check_occupancy.py [--update] [--nvcc PATH]
+  --update  rewrite the budget from this compile (after a change that is meant to move it)."""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUDGET = os.path.join(ROOT, "tests", "kernels", "occupancy_budget.txt")
+SOURCES = ["kernels/matvec.cu", "kernels/layer_ops.cu"]
+REGS_PER_SM, MAX_BLOCKS, WARP_ALLOC = 65536, 32, 256  # sm_90
+
+
+def blocks_per_sm(regs, threads):
+    """Resident blocks by registers alone (allocated per warp in units of 256)."""
+    per_warp = -(-regs * 32 // WARP_ALLOC) * WARP_ALLOC
+    warps = -(-threads // 32)
+    return min(MAX_BLOCKS, REGS_PER_SM // (per_warp * warps))
+
+
+# Threads per block of each kernel family (the launchers' constants).
+THREADS = {"matvec_kernel": 128, "rms_norm_wide_kernel": 256}
+
+
+def compile_report(nvcc, src):
+    cmd = [nvcc, "-O3", "-arch=sm_90", "-std=c++17", "-I" + ROOT, "-I" + os.path.join(ROOT, "engine"),
+           "--resource-usage", "-c", os.path.join(ROOT, src), "-o", os.devnull]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("check_occupancy: compile of %s failed:\n%s" % (src, out.stderr[-4000:]))
+    return out.stdout + out.stderr
+
+
+def kernels(report):
+    """{kernel key: registers} for the kernel families in THREADS."""
+    found, name = {}, None
+    for line in report.splitlines():
+        m = re.search(r"Compiling entry function '\S*?(%s)I(.*?)EEv" % "|".join(THREADS), line)
+        if m:
+            name = m.group(1) + "<" + m.group(2) + ">"
+            continue
+        m = re.search(r"Used (\d+) registers", line)
+        if m and name:
+            found[name] = int(m.group(1))
+            name = None
+    return found
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--update", action="store_true")
+    ap.add_argument("--nvcc", default="nvcc")
+    a = ap.parse_args()
+    regs = {}
+    for src in SOURCES:
+        regs.update(kernels(compile_report(a.nvcc, src)))
+    if not regs:
+        sys.exit("check_occupancy: no kernels found in the ptxas report")
+    now = {k: (blocks_per_sm(r, THREADS[k.split("<")[0]]), r) for k, r in regs.items()}
+    if a.update:
+        with open(BUDGET, "w") as f:
+            f.write("# Blocks per SM (sm_90, by registers) and registers of each decode kernel, from\n"
+                    "# scripts/check_occupancy.py --update. CI fails when a kernel fits fewer blocks.\n")
+            for k in sorted(now):
+                f.write("%s %d %d\n" % (k, now[k][0], now[k][1]))
+        print("check_occupancy: wrote %d kernels to %s" % (len(now), os.path.relpath(BUDGET, ROOT)))
+        return 0
+    budget = {}
+    for line in open(BUDGET):
+        if line.strip() and not line.startswith("#"):
+            k, blocks, r = line.split()
+            budget[k] = (int(blocks), int(r))
+    bad = []
+    for k, (blocks, r) in sorted(budget.items()):
+        if k not in now:
+            bad.append("%s: in the budget but not compiled any more (run --update if it was removed)" % k)
+        elif now[k][0] < blocks:
+            bad.append("%s: %d blocks per SM (%d registers), budget %d (%d registers)" % (k, now[k][0], now[k][1],
+                                                                                         blocks, r))
+    better = [k for k in now if k in budget and now[k][0] > budget[k][0]]
+    new = [k for k in now if k not in budget]
+    for k in better:
+        print("check_occupancy: %s now fits %d blocks per SM (budget %d): --update to keep it" % (k, now[k][0],
+                                                                                                 budget[k][0]))
+    if new:
+        print("check_occupancy: %d kernels not in the budget (--update to add them), e.g. %s" % (len(new), new[0]))
+    if bad:
+        print("check_occupancy: FAILED\n  " + "\n  ".join(bad))
+        return 1
+    print("check_occupancy: %d kernels within budget" % len(budget))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
