@@ -326,39 +326,17 @@ __global__ void store_kv_kernel(const float* __restrict__ k, const float* __rest
 
 constexpr int k_rope_warps = 4;
 
-// Stores the 32 * nb values of buf (a head's row) at dst, converted to the cache's element type.
-__device__ __forceinline__ void store_row(const float* buf, int n, uint16_t* dst, q8_warp_smem&) {
-  for (int i = threadIdx.x % 32; i < n; i += 32) dst[i] = float_to_fp16(buf[i]);
-}
-__device__ __forceinline__ void store_row(const float* buf, int n, float* dst, q8_warp_smem&) {
-  for (int i = threadIdx.x % 32; i < n; i += 32) dst[i] = buf[i];
-}
-__device__ __forceinline__ void store_row(const float* buf, int n, uint8_t* dst, q8_warp_smem& s) {
-  for (int b = 0; b < n / 32; ++b) {
-    quantize_q8_0_warp(buf[32 * b + threadIdx.x % 32], s, dst + 34 * b);
-    __syncwarp();  // s is reused by the next block
-  }
-}
 
-// One warp per (token, row) where rows are the n_head q heads, then the n_head_kv k heads, then
-// the v heads. E: the cache element (uint16_t f16, float, uint8_t for q8_0 blocks).
-template <class E>
-__global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_kernel(qk_rope_store_args a) {
-  __shared__ float rows[k_rope_warps][256];
-  __shared__ q8_warp_smem q8s[sizeof(E) == 1 ? k_rope_warps : 1];
-  pdl_wait();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int per_tok = a.n_head + 2 * a.n_head_kv, D = a.head_dim;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * k_rope_warps + warp;
-  if (r >= static_cast<int64_t>(a.n_tok) * per_tok) return;  // whole warps
-  const int t = static_cast<int>(r / per_tok), j = static_cast<int>(r % per_tok);
+// One warp brings row j of token t (the n_head q heads, then the n_head_kv k heads, then the v
+// heads) into buf: q and k get their per-head norm and RoPE (written back to q and k), v is copied.
+__device__ void rope_row(const qk_rope_store_args& a, int t, int j, float* buf) {
+  const int lane = threadIdx.x % 32, D = a.head_dim;
   const bool is_q = j < a.n_head, is_v = j >= a.n_head + a.n_head_kv;
   const int hk = is_q ? 0 : (is_v ? j - a.n_head - a.n_head_kv : j - a.n_head);
   float* row = is_q ? a.q + (static_cast<int64_t>(t) * a.n_head + j) * D
                     : (is_v ? nullptr : a.k + (static_cast<int64_t>(t) * a.n_head_kv + hk) * D);
   const float* src = is_v ? a.v + (static_cast<int64_t>(t) * a.n_head_kv + hk) * D : row;
   const float* nw = is_q ? a.q_norm : a.k_norm;
-  float* buf = rows[warp];
   float ss = 0.f;
   for (int i = lane; i < D; i += 32) {
     const float v = src[i];
@@ -387,14 +365,61 @@ __global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_kernel(qk_rop
     for (int i = lane; i < D; i += 32) row[i] = buf[i];
   }
   __syncwarp();
-  if (is_q) return;
-  const int64_t row_elems = static_cast<int64_t>(a.n_head_kv) * D;
-  const int64_t at = static_cast<int64_t>(a.slots[t]) * row_elems + static_cast<int64_t>(hk) * D;
-  E* cache = static_cast<E*>(is_v ? a.v_cache : a.k_cache);
-  if constexpr (sizeof(E) == 1)
-    store_row(buf, D, cache + at / 32 * 34, q8s[warp]);
-  else
-    store_row(buf, D, cache + at, q8s[0]);
+}
+
+// Where row j (a k or v head) of token t goes in its cache, in elements of the row.
+__device__ __forceinline__ int64_t cache_at(const qk_rope_store_args& a, int t, int j) {
+  const int hk = j >= a.n_head + a.n_head_kv ? j - a.n_head - a.n_head_kv : j - a.n_head;
+  return (static_cast<int64_t>(a.slots[t]) * a.n_head_kv + hk) * a.head_dim;
+}
+
+// f16 / f32 caches: one warp per (token, row), rows as rope_row numbers them.
+template <class E>
+__global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_kernel(qk_rope_store_args a) {
+  __shared__ float rows[k_rope_warps][256];
+  pdl_wait();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, D = a.head_dim;
+  const int per_tok = a.n_head + 2 * a.n_head_kv;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * k_rope_warps + warp;
+  if (r >= static_cast<int64_t>(a.n_tok) * per_tok) return;  // whole warps
+  const int t = static_cast<int>(r / per_tok), j = static_cast<int>(r % per_tok);
+  float* buf = rows[warp];
+  rope_row(a, t, j, buf);
+  if (j < a.n_head) return;
+  E* dst = static_cast<E*>(j >= a.n_head + a.n_head_kv ? a.v_cache : a.k_cache) + cache_at(a, t, j);
+  for (int i = lane; i < D; i += 32) {
+    if constexpr (sizeof(E) == 2)
+      dst[i] = float_to_fp16(buf[i]);
+    else
+      dst[i] = buf[i];
+  }
+}
+
+// Q8_0 cache: the exact fit takes a warp microseconds per 32-value block (40 candidate scales,
+// serial scans), and a decode step waits for its slowest row, so each k or v row gets a block of
+// its own whose warps fit its blocks in parallel (one warp fitting a 128-wide row's four blocks in
+// turn cost the Q4_K_M 8B model 0.66 ms per token). Blocks [0, q_blocks): q rows, one per warp;
+// then one block per (token, k or v row).
+__global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_q8_kernel(qk_rope_store_args a, int q_blocks) {
+  __shared__ float rows[k_rope_warps][256];
+  __shared__ q8_warp_smem q8s[k_rope_warps];
+  pdl_wait();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (static_cast<int>(blockIdx.x) < q_blocks) {
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * k_rope_warps + warp;
+    if (r < static_cast<int64_t>(a.n_tok) * a.n_head)
+      rope_row(a, static_cast<int>(r / a.n_head), static_cast<int>(r % a.n_head), rows[warp]);
+    return;
+  }
+  const int kv = static_cast<int>(blockIdx.x) - q_blocks;
+  const int t = kv / (2 * a.n_head_kv), j = a.n_head + kv % (2 * a.n_head_kv);
+  if (warp == 0) rope_row(a, t, j, rows[0]);
+  __syncthreads();
+  auto* dst = static_cast<uint8_t*>(j >= a.n_head + a.n_head_kv ? a.v_cache : a.k_cache) + cache_at(a, t, j) / 32 * 34;
+  for (int b = warp; b < a.head_dim / 32; b += k_rope_warps) {
+    quantize_q8_0_warp(rows[0][32 * b + lane], q8s[warp], dst + 34 * b);
+    __syncwarp();  // q8s[warp] is reused by the warp's next block
+  }
 }
 
 // Merges the splits of one (token, head) with the block's threads: out = sum_s O_s e^{m_s - M}
@@ -664,7 +689,13 @@ cudaError_t launch_qk_rope_store(const qk_rope_store_args& a, cudaStream_t strea
   const dim3 grid(static_cast<unsigned>((rows + k_rope_warps - 1) / k_rope_warps)), block(32 * k_rope_warps);
   if (a.cache_type == ggml_type::f16) return launch_pdl(qk_rope_store_kernel<uint16_t>, grid, block, stream, a);
   if (a.cache_type == ggml_type::f32) return launch_pdl(qk_rope_store_kernel<float>, grid, block, stream, a);
-  if (a.cache_type == ggml_type::q8_0) return launch_pdl(qk_rope_store_kernel<uint8_t>, grid, block, stream, a);
+  if (a.cache_type == ggml_type::q8_0) {
+    const int64_t q_blocks = (static_cast<int64_t>(a.n_tok) * a.n_head + k_rope_warps - 1) / k_rope_warps;
+    const int64_t blocks = q_blocks + static_cast<int64_t>(a.n_tok) * 2 * a.n_head_kv;
+    if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+    return launch_pdl(qk_rope_store_q8_kernel, dim3(static_cast<unsigned>(blocks)), block, stream, a,
+                      static_cast<int>(q_blocks));
+  }
   return cudaErrorInvalidValue;
 }
 
