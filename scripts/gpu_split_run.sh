@@ -25,9 +25,10 @@ t0=$SECONDS
 echo "make $preset $type ${MAKE_ARGS:-}: $((SECONDS - t0)) s; commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%FT%TZ)"
 args=${BENCH_ARGS:--p 512 -n 128 -r 2}
 pair="--no-ceilings --devices 0=16GiB,1=32GiB"
-rows() { grep -E "^split|^\| [^m-]|rror"; }
+# The split line, result rows and errors: not the table's header ("| model") or rule ("|---").
+rows() { grep -E "^split|^ceil|^\||rror" | grep -vE "^\| model |^\|-"; }
 echo "== 16 GiB alone (refused when the plan does not fit)"; "$bin/tandem-model" bench -m "$m" $args --devices 0=16GiB --split none 2>&1 | rows
-echo "== one GPU, 32 GiB cap"; "$bin/tandem-model" bench -m "$m" $args --devices 0=32GiB --split none 2>&1 | grep -E "^ceil|^\| [^m-]|rror"
+echo "== one GPU, 32 GiB cap"; "$bin/tandem-model" bench -m "$m" $args --devices 0=32GiB --split none 2>&1 | rows
 for split in layer tensor; do
   for r in 1,1 1,1.75 1,2; do
     echo "== $split split at $r"; "$bin/tandem-model" bench -m "$m" $args $pair --split $split --ratios $r 2>&1 | rows
