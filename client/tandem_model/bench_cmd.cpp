@@ -1,5 +1,5 @@
 // `tandem-model bench --model F.gguf -p 512,2048 -n 128 -r 3 [--kv f16|q8_0] [--devices 0,1 [--ratios R]]
-// [--json]`. Prefill test ppN: one
+// [--json] [--profile]`. Prefill test ppN: one
 // forward of N tokens from an empty cache. Decode test tgN: N single-token forwards from an empty
 // cache, greedy on the GPU. Decode is set against the device-to-device copy bandwidth (weight bytes
 // per token × t/s), prefill against the cuBLAS fp16 GEMM rate (2·params·N + attention FLOPs).
@@ -23,6 +23,7 @@
 #ifdef TANDEM_HAVE_CUDA_BACKEND
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ceilings.h"
+#include "backend/cuda/cuda_profile.h"
 #endif
 
 namespace tandem {
@@ -40,6 +41,7 @@ struct bench_options {
   std::string kv = "f16";  // KV cache element type
   bool json = false;
   bool no_ceilings = false;
+  bool profile = false;  // time each launch group of the decode tests (one GPU, no graphs)
 };
 
 #ifdef TANDEM_HAVE_CUDA_BACKEND
@@ -98,9 +100,11 @@ double run_decode(cuda_backend_api& be, kv_cache& cache, int n, uint32_t seed) {
 // 4352:7936"); first_device gets the
 // device the ceilings are measured on.
 std::unique_ptr<cuda_backend_api> open_backend(const bench_options& o, const model_desc& d, const kv_cache_config& cfg,
-                                               std::string& split_text, int& first_device) {
+                                               std::string& split_text, int& first_device,
+                                               cuda_step_profile* profile) {
   cuda_backend_options bo;
   bo.device = o.device;
+  bo.profile = profile;
   split_text = "none";
   if (!o.devices.empty()) {
     auto sp = plan_gpu_split(d, o.devices, o.ratios, o.split == "none" ? "layer" : o.split, cfg);
@@ -137,6 +141,28 @@ model_counts count_model(const model_desc& d) {
   return c;
 }
 
+// The profile of a decode test as table lines (microseconds per token by launch group) and JSON.
+void profile_report(const cuda_step_profile& p, const std::string& test, int64_t tokens,
+                    std::vector<std::string>& lines, nlohmann::json& json) {
+  const auto rows = p.rows();
+  double total = 0;
+  for (const auto& r : rows) total += r.ms;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "\nprofile %s: %lld tokens, %.1f us per token in launch groups (graphs off, so launch "
+                "gaps count)\n| %-26s | %11s | %9s | %6s |", test.c_str(), static_cast<long long>(tokens),
+                1e3 * total / double(tokens), "group", "calls/token", "us/token", "share");
+  lines.push_back(buf);
+  nlohmann::json groups = nlohmann::json::array();
+  for (const auto& r : rows) {
+    const double us = 1e3 * r.ms / double(tokens);
+    std::snprintf(buf, sizeof buf, "| %-26s | %11.1f | %9.1f | %5.1f%% |", r.label.c_str(),
+                  double(r.calls) / double(tokens), us, total > 0 ? 100 * r.ms / total : 0.0);
+    lines.push_back(buf);
+    groups.push_back({{"group", r.label}, {"calls_per_token", double(r.calls) / double(tokens)}, {"us_per_token", us}});
+  }
+  json[test] = groups;
+}
+
 // The lines above the table: device, split, upload rate, ceilings (when measured), bytes/token.
 void print_preamble(const cuda_load_stats& ls, const std::string& split_text, const device_ceilings* ceil,
                     uint64_t bytes_per_token) {
@@ -168,7 +194,8 @@ void run_bench(const bench_options& o) {
 
   std::string split_text;
   int first_device = o.device;
-  auto be = open_backend(o, d, cfg, split_text, first_device);
+  cuda_step_profile profile;  // outlives the backend, which records into it
+  auto be = open_backend(o, d, cfg, split_text, first_device, o.profile ? &profile : nullptr);
   const auto& ls = be->load_stats();
 
   device_ceilings ceil;
@@ -213,10 +240,14 @@ void run_bench(const bench_options& o) {
     const double rate = flops / (p / stats_of(tps).mean) / 1e12;
     row("pp" + std::to_string(p), tps, ceil.gemm_tflops > 0 ? rate / ceil.gemm_tflops : -1, "fp16 GEMM");
   }
+  std::vector<std::string> profile_lines;
+  nlohmann::json profiles = nlohmann::json::object();
   for (int n : o.gen) {
     run_decode(*be, **cache, std::min(n, 8), 7);
+    profile.reset();
     std::vector<double> tps;
     for (int r = 0; r < o.reps; ++r) tps.push_back(n / run_decode(*be, **cache, n, 11 + r));
+    if (o.profile) profile_report(profile, "tg" + std::to_string(n), int64_t(n) * o.reps, profile_lines, profiles);
     const double gbps = double(be->weight_bytes_per_token()) * stats_of(tps).mean / 1e9;
     row("tg" + std::to_string(n), tps, ceil.copy_gbps > 0 ? gbps / ceil.copy_gbps : -1, "copy BW");
   }
@@ -228,11 +259,13 @@ void run_bench(const bench_options& o) {
                         {"ceilings", {{"copy_gb_per_s", ceil.copy_gbps}, {"gemm_fp16_tflops", ceil.gemm_tflops}}},
                         {"weight_bytes_per_token", be->weight_bytes_per_token()},
                         {"results", results}};
+    if (o.profile) j["profile"] = profiles;
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
   print_preamble(ls, split_text, o.no_ceilings ? nullptr : &ceil, be->weight_bytes_per_token());
   for (const auto& l : lines) std::printf("%s\n", l.c_str());
+  for (const auto& l : profile_lines) std::printf("%s\n", l.c_str());
 }
 
 #else
@@ -259,6 +292,9 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"f16", "q8_0", "f32"}));
   cmd->add_flag("--json", o->json, "Print JSON instead of the table");
   cmd->add_flag("--no-ceilings", o->no_ceilings, "Skip measuring the copy and GEMM ceilings");
+  cmd->add_flag("--profile", o->profile,
+                "After each tgN, microseconds per token by launch group (one GPU; CUDA graphs off, so its t/s "
+                "are below the unprofiled ones)");
   cmd->callback([o] { run_bench(*o); });
 }
 

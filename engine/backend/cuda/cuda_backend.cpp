@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_collective.h"
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_graph_cache.h"
+#include "backend/cuda/cuda_profile.h"
 #include "backend/cuda/cuda_stage.h"
 #include "backend/cuda/cuda_weights.h"
 #include "kernels/attention.h"
@@ -97,7 +98,9 @@ class cuda_backend final : public cuda_stage {
 
   status init(const cuda_backend_options& opt) {
     const char* env = std::getenv("TANDEM_CUDA_GRAPHS");
-    use_graphs_ = opt.graphs && !(env && std::string_view(env) == "0");
+    // Profiling records an event between launch groups: no graphs then (and no launch overlap).
+    profile_ = opt.profile;
+    use_graphs_ = opt.graphs && !profile_ && !(env && std::string_view(env) == "0");
     const char* head = std::getenv("TANDEM_CUDA_HEAD_INT8");
     head_int8_ = head && std::string_view(head) == "1";
     TANDEM_TRY(upload_weights(desc_, *ctx_, opt.staging_bytes, range_, w_, stats_));
@@ -205,6 +208,8 @@ class cuda_backend final : public cuda_stage {
   cuda_graph_cache graphs_;
   bool use_graphs_ = true;
   bool head_int8_ = false;  // TANDEM_CUDA_HEAD_INT8=1: the head reads the int8 copy of x
+  cuda_step_profile* profile_ = nullptr;  // bench --profile: times per launch group
+  status mark(const char* label) { return profile_ ? profile_->mark(label, ctx_->stream()) : status{}; }
   weight_range range_;
   hparams hp_;  // the model's, with this device's share of heads and FFN columns
   cudaEvent_t done_ = nullptr;  // recorded after each step (layer split hand-over)
@@ -266,7 +271,7 @@ status cuda_backend::copy_out(std::vector<float>* logits, std::vector<int32_t>* 
                                       cudaMemcpyDeviceToHost, s));
   }
   TANDEM_CUDA_TRY(cudaStreamSynchronize(s));
-  return {};
+  return profile_ ? profile_->collect() : status{};
 }
 
 status cuda_backend::prepare(const batch& b, const kv_cache& book) {
@@ -316,8 +321,10 @@ graph_key cuda_backend::step_key(const cuda_kv_cache& cache, bool argmax) const 
 
 status cuda_backend::enqueue(cuda_kv_cache& cache, bool argmax) {
   const cudaStream_t s = ctx_->stream();
+  if (profile_) TANDEM_TRY(profile_->begin(s));
   TANDEM_CUDA_TRY(cudaMemcpyAsync(ints_.get(), ints_host_.get(), plan_.ints.size() * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, s));
+  TANDEM_TRY(mark("batch upload"));
   const auto& hp = hp_;
   const int T = plan_.n_tok;
   // Later stages of a layer split find x_ filled by the hand-over copy instead.
@@ -325,6 +332,7 @@ status cuda_backend::enqueue(cuda_kv_cache& cache, bool argmax) {
     TANDEM_CUDA_TRY(launch_get_rows(w_.token_embd.type, w_.token_embd.data, w_.token_embd.row_bytes,
                                     dev_ints(plan_.off_tokens), T, hp.n_embd, x_.get<float>(), s));
   if (comm_) TANDEM_TRY(comm_->broadcast(x_.get<float>(), size_t(T) * hp.n_embd, lead_rank_, s));
+  TANDEM_TRY(mark("embedding"));
   for (uint32_t il = range_.layer_begin; il < range_.layer_end; ++il) TANDEM_TRY(layer(il, cache));
 
   // Only rows that want logits pay for the output head.
@@ -334,10 +342,12 @@ status cuda_backend::enqueue(cuda_kv_cache& cache, bool argmax) {
                                      xo_.get<float>(), s));
   TANDEM_CUDA_TRY(launch_rms_norm(xo_.get<float>(), w_.output_norm, xo_.get<float>(), n_out, hp.n_embd,
                                   hp.rms_eps, s));
+  TANDEM_TRY(mark("output norm"));
   TANDEM_TRY(output_head(xo_.get<float>(), n_out, logits_.get<float>()));
+  TANDEM_TRY(mark("output head"));
   if (argmax)
     TANDEM_CUDA_TRY(launch_argmax(logits_.get<float>(), n_out, hp.n_vocab, ids_.get<int32_t>(), s));
-  return {};
+  return mark("argmax");
 }
 
 void cuda_backend::make_plan(const batch& b, const kv_cache& cache) {
@@ -508,8 +518,10 @@ status cuda_backend::matvec_quantized(std::initializer_list<matmul_job> jobs, co
 status cuda_backend::layer(uint32_t il, cuda_kv_cache& cache) {
   TANDEM_TRY(hp_.n_head_kv > 0 ? attention_block(il, cache) : clear_partial());
   TANDEM_TRY(reduce_partial());
+  TANDEM_TRY(mark("sum after attention"));
   TANDEM_TRY(hp_.n_ff > 0 ? ffn_block(il) : clear_partial());
-  return reduce_partial();
+  TANDEM_TRY(reduce_partial());
+  return mark("sum after FFN");
 }
 
 // A device that adds nothing to this half of the layer: the lead keeps x, the others contribute 0.
@@ -536,11 +548,14 @@ status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
   void* work = matvec_work_.get();
   if (matvec_ready({&L.wq, &L.wk, &L.wv}, T)) {
     TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp.rms_eps, work, s));
+    TANDEM_TRY(mark("attention norm"));
     TANDEM_TRY(matvec_quantized({{&L.wq, q}, {&L.wk, k}, {&L.wv, v}}, xn, T, false));
   } else {
     TANDEM_CUDA_TRY(launch_rms_norm(x, L.attn_norm, xn, T, E, hp.rms_eps, s));
+    TANDEM_TRY(mark("attention norm"));
     TANDEM_TRY(matmul_fused({{&L.wq, q}, {&L.wk, k}, {&L.wv, v}}, xn, T, false));
   }
+  TANDEM_TRY(mark("wq wk wv"));
   if (L.bq) {
     TANDEM_CUDA_TRY(launch_add_bias(q, L.bq, T, QD, s));
     TANDEM_CUDA_TRY(launch_add_bias(k, L.bk, T, KD, s));
@@ -567,11 +582,17 @@ status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
     TANDEM_CUDA_TRY(launch_store_kv(k, v, cache.k_layer(il), cache.v_layer(il), cache.config().type,
                                     dev_ints(plan_.off_slots), T, KD, s));
   }
+  TANDEM_TRY(mark("q k norm, rope, kv store"));
   // Decode steps whose tokens all take the paged kernel get att's int8 copy from it.
   const bool att_q8 = plan_.runs.empty() && matvec_ready({&L.wo}, T);
   TANDEM_TRY(attention(il, cache, att_q8));
-  if (att_q8) return matvec_quantized({{&L.wo, x}}, att_.get<float>(), T, adds_residual());  // x += wo·att
-  return matmul_fused({{&L.wo, x}}, att_.get<float>(), T, adds_residual());
+  TANDEM_TRY(mark("attention"));
+  if (att_q8) {
+    TANDEM_TRY(matvec_quantized({{&L.wo, x}}, att_.get<float>(), T, adds_residual()));  // x += wo·att
+  } else {
+    TANDEM_TRY(matmul_fused({{&L.wo, x}}, att_.get<float>(), T, adds_residual()));
+  }
+  return mark("wo");
 }
 
 status cuda_backend::ffn_block(uint32_t il) {
@@ -581,16 +602,25 @@ status cuda_backend::ffn_block(uint32_t il) {
   const int T = plan_.n_tok, E = int(hp.n_embd);
   float *x = x_.get<float>(), *xn = xn_.get<float>(), *g = gate_.get<float>(), *u = up_.get<float>();
   void* work = matvec_work_.get();
-  if (matvec_ready({&L.gate, &L.up}, T) && matvec_ready({&L.down}, T)) {
+  const bool q8 = matvec_ready({&L.gate, &L.up}, T) && matvec_ready({&L.down}, T);
+  if (q8) {
     TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.ffn_norm, xn, T, E, hp.rms_eps, work, s));
+    TANDEM_TRY(mark("FFN norm"));
     TANDEM_TRY(matvec_quantized({{&L.gate, g}, {&L.up, u}}, xn, T, false));
+    TANDEM_TRY(mark("gate up"));
     TANDEM_CUDA_TRY(launch_swiglu_q8(g, u, g, T, int(hp.n_ff), work, s));
-    return matvec_quantized({{&L.down, x}}, g, T, adds_residual());  // x += down·swiglu
+    TANDEM_TRY(mark("swiglu"));
+    TANDEM_TRY(matvec_quantized({{&L.down, x}}, g, T, adds_residual()));  // x += down·swiglu
+  } else {
+    TANDEM_CUDA_TRY(launch_rms_norm(x, L.ffn_norm, xn, T, E, hp.rms_eps, s));
+    TANDEM_TRY(mark("FFN norm"));
+    TANDEM_TRY(matmul_fused({{&L.gate, g}, {&L.up, u}}, xn, T, false));
+    TANDEM_TRY(mark("gate up"));
+    TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * hp.n_ff, s));
+    TANDEM_TRY(mark("swiglu"));
+    TANDEM_TRY(matmul_fused({{&L.down, x}}, g, T, adds_residual()));  // x += down·swiglu
   }
-  TANDEM_CUDA_TRY(launch_rms_norm(x, L.ffn_norm, xn, T, E, hp.rms_eps, s));
-  TANDEM_TRY(matmul_fused({{&L.gate, g}, {&L.up, u}}, xn, T, false));
-  TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * hp.n_ff, s));
-  return matmul_fused({{&L.down, x}}, g, T, adds_residual());  // x += down·swiglu
+  return mark("down");
 }
 
 status cuda_backend::attention(uint32_t il, cuda_kv_cache& cache, bool quantize_out) {
@@ -719,6 +749,8 @@ result<std::unique_ptr<cuda_backend_api>> make_cuda_backend(const model_desc& de
     return make_error("CUDA backend: head size ", hp.head_dim, " is not supported (32, 64, 128 or 256)");
   if (hp.n_head % hp.n_head_kv != 0)
     return make_error("CUDA backend: ", hp.n_head, " query heads do not divide into ", hp.n_head_kv, " KV heads");
+  if (opt.profile && (!opt.tensor_shares.empty() || opt.devices.size() > 1 || opt.layers_per_device.size() > 1))
+    return make_error("CUDA backend: profiling times one GPU (no layer or tensor split)");
   if (!opt.tensor_shares.empty()) return make_tensor_split(desc, opt);
   if (opt.devices.size() <= 1 && opt.layers_per_device.size() <= 1) {
     auto st = make_cuda_stage(desc, opt.devices.empty() ? opt.device : opt.devices[0], weight_range{}, opt);

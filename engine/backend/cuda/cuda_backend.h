@@ -11,6 +11,8 @@
 
 namespace tandem {
 
+class cuda_step_profile;
+
 // A device's share of a tensor split: its KV heads (with their query heads) and FFN columns,
 // half-open ranges; the lead also holds the embeddings and the output head.
 struct cuda_tensor_share {
@@ -38,6 +40,9 @@ struct cuda_backend_options {
   // Replay decode steps as captured CUDA graphs (the environment variable TANDEM_CUDA_GRAPHS=0
   // turns them off too, for measuring what they save).
   bool graphs = true;
+  // Times each launch group of every forward into *profile (cuda_profile.h; one GPU only,
+  // graphs off while set). The profile must outlive the backend's forwards.
+  cuda_step_profile* profile = nullptr;
 };
 
 // What loading the weights cost; bench and logs report it.
