@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Occupancy guard for the decode kernels: compiles kernels/matvec.cu and kernels/layer_ops.cu for
-sm_90 with ptxas's resource report and fails if any kernel now fits fewer blocks per SM than
+"""Occupancy guard for the decode kernels: compiles kernels/matvec.cu, layer_ops.cu and attention.cu
+for sm_90 with ptxas's resource report and fails if any kernel now fits fewer blocks per SM than
 tests/kernels/occupancy_budget.txt records. Decode speed follows the blocks in flight per SM,
 and a register count can jump with an innocent-looking change (a member added to the mat-vec's
 parameter struct once took Q4_K's decode kernel from 93 to 120 registers, five blocks per SM to
@@ -16,7 +16,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUDGET = os.path.join(ROOT, "tests", "kernels", "occupancy_budget.txt")
-SOURCES = ["kernels/matvec.cu", "kernels/layer_ops.cu"]
+SOURCES = ["kernels/matvec.cu", "kernels/layer_ops.cu", "kernels/attention.cu"]
 REGS_PER_SM, MAX_BLOCKS, WARP_ALLOC = 65536, 32, 256  # sm_90
 
 
@@ -28,7 +28,8 @@ def blocks_per_sm(regs, threads):
 
 
 # Threads per block of each kernel family (the launchers' constants).
-THREADS = {"matvec_kernel": 128, "rms_norm_wide_kernel": 256}
+THREADS = {"matvec_kernel": 128, "rms_norm_wide_kernel": 256, "paged_attention_kernel": 128,
+           "qk_rope_store_kernel": 128, "qk_rope_store_q8_kernel": 128}
 
 
 def compile_report(nvcc, src):
@@ -44,7 +45,10 @@ def kernels(report):
     """{kernel key: registers} for the kernel families in THREADS."""
     found, name = {}, None
     for line in report.splitlines():
-        m = re.search(r"Compiling entry function '\S*?(%s)I(.*?)EEv" % "|".join(THREADS), line)
+        names = "|".join(THREADS)
+        # A template kernel (void, so its arguments end in "EEv"), or a plain one.
+        m = re.search(r"Compiling entry function '\S*?\d(%s)I(.*?)EEv" % names, line) or \
+            re.search(r"Compiling entry function '\S*?\d(%s)E()" % names, line)
         if m:
             name = m.group(1) + "<" + m.group(2) + ">"
             continue
