@@ -8,12 +8,7 @@
 # "" for none), DEVICE (default 0).
 set -uo pipefail
 bin=${BIN:?BIN=directory holding tandem-model and test binaries}
-[[ -d .devdeps ]] && export LD_LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
-for t in ${TESTS-$(cd "$bin" && ls | grep -E '_test$')}; do
-  printf '%-30s ' "$t"; "$bin/$t" --gtest_brief=1 --gtest_filter=-big.* >"/tmp/$t.log" 2>&1 && echo ok || {
-    echo FAILED; grep -E "FAILED|Failure" "/tmp/$t.log" | head -20; }
-done
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_tests.sh"  # environment, GPUs, the GPU test binaries
 type=${TYPE:-Q4_K_M} args=${BENCH_ARGS:--p 512 -n 128 -r 2}
 for preset in ${PRESETS:-qwen3-8b qwen3-32b}; do
   m=/tmp/tandem-$preset-$type.gguf

@@ -11,13 +11,7 @@
 # TESTS (test binaries in BIN to run first, default the *_test files there; "" for none).
 set -uo pipefail
 bin=${BIN:?BIN=directory holding tandem-model and test binaries}
-export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on the shared machines
-[[ -d .devdeps ]] && export LD_LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
-for t in ${TESTS-$(cd "$bin" && ls | grep -E '_test$')}; do
-  printf '%-28s ' "$t"; "$bin/$t" --gtest_brief=1 --gtest_filter=-big.* >"/tmp/$t.log" 2>&1 && echo ok || {
-    echo FAILED; grep -E "FAILED|Failure" "/tmp/$t.log" | head -20; }
-done
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_tests.sh"  # environment, GPUs, the GPU test binaries
 preset=${PRESET:-qwen3-8b} type=${TYPE:-Q4_K_M}
 m=/tmp/tandem-$preset-$type.gguf
 t0=$SECONDS
