@@ -152,7 +152,7 @@ struct fx_k45 : Q {
   }
 };
 template <>
-struct fx<mq_q4_k> : fx_k45<mq_q4_k> {};
+struct fx<mq_q4_k> : fx_k45<mq_q4_k16> {};
 template <>
 struct fx<mq_q5_k> : fx_k45<mq_q5_k> {};
 

@@ -278,12 +278,13 @@ struct k45_dec {
 // both sub-blocks at once: for g < 2, 6 bits of bytes 2g, 2g + 1 of s0 (scales) and s1 (mins);
 // else 4 bits of bytes 2g - 4, 2g - 3 of s2 (low nibbles: scales, high: mins) and the top two
 // bits of the same bytes of s0 (scales) and s1 (mins).
-__device__ __forceinline__ void k_scales(const k45_raw& r, int g, k45_dec& w) {
+template <class D>
+__device__ __forceinline__ void k_scales(uint32_t dm, uint32_t s0, uint32_t s1, uint32_t s2, int g, D& w) {
   const int sft = 16 * (g & 1);
-  const uint32_t a0 = r.s0 >> sft, a1 = r.s1 >> sft, a2 = r.s2 >> sft;
+  const uint32_t a0 = s0 >> sft, a1 = s1 >> sft, a2 = s2 >> sft;
   const uint32_t sc = g < 2 ? a0 & 0x3f3fu : (a2 & 0x0f0fu) | ((a0 >> 2) & 0x3030u);
   const uint32_t mn = g < 2 ? a1 & 0x3f3fu : ((a2 >> 4) & 0x0f0fu) | ((a1 >> 2) & 0x3030u);
-  const float d = half_bits(r.dm & 0xffffu), dmin = half_bits(r.dm >> 16);
+  const float d = half_bits(dm & 0xffffu), dmin = half_bits(dm >> 16);
   w.d0 = d * static_cast<float>(sc & 0xffu), w.d1 = d * static_cast<float>((sc >> 8) & 0xffu);
   w.m0 = dmin * static_cast<float>(mn & 0xffu), w.m1 = dmin * static_cast<float>((mn >> 8) & 0xffu);
 }
@@ -319,7 +320,7 @@ struct k45_type {
         w.hi[i] |= ((h[i] >> (2 * g + 1)) & 0x01010101u) << 4;
       }
     }
-    k_scales(r, g, w);
+    k_scales(r.dm, r.s0, r.s1, r.s2, g, w);
     return w;
   }
   // x: 16 bytes of each of the two sub-blocks and their scales.
@@ -337,8 +338,79 @@ struct k45_type {
            0.5f * (w.m0 * x.ds0.y + w.m1 * x.ds1.y);
   }
 };
-struct mq_q4_k : k45_type<false> {
+// Q4_K as 16-byte pieces: the float-x head's form (matvec_fx.cuh).
+struct mq_q4_k16 : k45_type<false> {
   using block = block_q4_k;
+};
+
+// Unsigned bytes of a (0..255) times signed bytes of b.
+__device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// Q4_K for int8 x: four pieces per block; piece k is 64-weight group k, its 32 quant bytes
+// (low nibbles: sub-block 2k, high: 2k + 1) and the block's d, dmin and packed scales. Whole
+// groups halve the scale decoding and header loads per weight byte against 16-byte pieces, and
+// the high nibbles are dotted in place (16x, folded into the scale) instead of shifted down:
+// decode arithmetic, not bandwidth, bounded the 16-byte form.
+struct q4k_raw {
+  uint4 a, b;
+  uint32_t dm, s0, s1, s2;
+};
+struct q4k_dec {
+  uint32_t q[8];  // the 32 quant bytes; low nibbles by mask, high nibbles in place
+  float d0, d1, m0, m1;
+};
+struct q4k_x {
+  int4 a[4];  // x of sub-blocks 2k (a[0], a[1]) and 2k + 1 (a[2], a[3])
+  float4 ds;  // (d, d sum q) of the two
+};
+struct mq_q4_k {
+  using block = block_q4_k;
+  static constexpr int qk = 256, ppb = 4;
+  static constexpr bool int8_x = true;
+  using raw = q4k_raw;
+  using dec = q4k_dec;
+  using xpiece = q4k_x;
+  static __device__ __forceinline__ raw load(const uint8_t* blk, int k, const uint8_t*) {
+    raw r;
+    r.a = ld128(blk + 16 + 32 * k);
+    r.b = ld128(blk + 32 + 32 * k);
+    const uint4 hd = ld128(blk);
+    r.dm = hd.x, r.s0 = hd.y, r.s1 = hd.z, r.s2 = hd.w;
+    return r;
+  }
+  static __device__ __forceinline__ dec decode(const raw& r, int k) {
+    dec w = {{r.a.x, r.a.y, r.a.z, r.a.w, r.b.x, r.b.y, r.b.z, r.b.w}};
+    k_scales(r.dm, r.s0, r.s1, r.s2, k, w);
+    w.d1 *= 1.f / 16.f;
+    return w;
+  }
+  static __device__ __forceinline__ xpiece load_x(const x_view& xs, int t, int b, int k) {
+    const int8_t* q = xs.qx + t * xs.n_in + 256 * static_cast<int64_t>(b) + 64 * k;
+    xpiece r;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.a[i] = ldx16(q + 16 * i);
+    r.ds = __ldg(reinterpret_cast<const float4*>(xs.ds + t * (xs.n_in / 32) + 8 * static_cast<int64_t>(b) + 2 * k));
+    return r;
+  }
+  static __device__ __forceinline__ float dot(const dec& w, const xpiece& x) {
+    const int4 x0[2] = {x.a[0], x.a[1]}, x1[2] = {x.a[2], x.a[3]};
+    int s0 = 0, s1 = 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int xa[4] = {x0[h].x, x0[h].y, x0[h].z, x0[h].w}, xb[4] = {x1[h].x, x1[h].y, x1[h].z, x1[h].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s0 = dp4a(w.q[4 * h + i] & k_lo4, xa[i], s0);
+        s1 = dp4a_us(w.q[4 * h + i] & ~k_lo4, xb[i], s1);
+      }
+    }
+    return w.d0 * x.ds.x * static_cast<float>(s0) + w.d1 * x.ds.z * static_cast<float>(s1) -
+           (w.m0 * x.ds.y + w.m1 * x.ds.w);
+  }
 };
 struct mq_q5_k : k45_type<true> {
   using block = block_q5_k;

@@ -27,9 +27,18 @@ def blocks_per_sm(regs, threads):
     return min(MAX_BLOCKS, REGS_PER_SM // (per_warp * warps))
 
 
-# Threads per block of each kernel family (the launchers' constants).
-THREADS = {"matvec_kernel": 128, "rms_norm_wide_kernel": 256, "paged_attention_kernel": 128,
+# Threads per block of each kernel family (the launchers' constants; the mat-vec's is its last
+# template argument).
+THREADS = {"matvec_kernel": None, "rms_norm_wide_kernel": 256, "paged_attention_kernel": 128,
            "qk_rope_store_kernel": 128, "qk_rope_store_q8_kernel": 128}
+
+
+def threads_of(key):
+    """Threads per block of a kernel key: the mat-vec's last template argument, else THREADS."""
+    family = key.split("<")[0]
+    if family == "matvec_kernel":
+        return int(re.findall(r"Li(\d+)E", key)[-1])
+    return THREADS[family]
 
 
 def compile_report(nvcc, src):
@@ -69,7 +78,7 @@ def main():
         regs.update(kernels(compile_report(a.nvcc, src)))
     if not regs:
         sys.exit("check_occupancy: no kernels found in the ptxas report")
-    now = {k: (blocks_per_sm(r, THREADS[k.split("<")[0]]), r) for k, r in regs.items()}
+    now = {k: (blocks_per_sm(r, threads_of(k)), r) for k, r in regs.items()}
     if a.update:
         with open(BUDGET, "w") as f:
             f.write("# Blocks per SM (sm_90, by registers) and registers of each decode kernel, from\n"
