@@ -42,6 +42,20 @@ __global__ void __launch_bounds__(256) quantize_x_kernel(const float* x, int64_t
   quantize_x_warp(x[32 * b + threadIdx.x % 32], qx + 32 * b, ds + b);
 }
 
+// The head's finer copy of x: token t's int8 copy becomes row 2t and the int8 copy of what it
+// rounded away row 2t + 1 (a block's error falls from ~d / 2 to ~d / 500). One warp per block.
+__global__ void __launch_bounds__(256) quantize_x2_kernel(const float* x, int64_t n_in, int64_t n_blocks,
+                                                          int8_t* qx, float2* ds) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
+  if (b >= n_blocks) return;
+  const int64_t per_tok = n_in / 32, t = b / per_tok, j = b % per_tok;
+  const float v = x[32 * b + threadIdx.x % 32];
+  const float hi = quantize_x_warp(v, qx + 2 * t * n_in + 32 * j, ds + 2 * t * per_tok + j);
+  quantize_x_warp(v - hi, qx + (2 * t + 1) * n_in + 32 * j, ds + (2 * t + 1) * per_tok + j);
+}
+
 // The job owning global row `row`. Constant indices only: indexing the parameter struct with a
 // runtime index would copy it to local memory in every thread.
 struct located {
@@ -84,8 +98,9 @@ __device__ __forceinline__ void load_pieces(const uint8_t* const (&wrow)[R], con
 // pieces i, i + 128, ... (piece p = block p / ppb, part p % ppb). The weights of a thread's next
 // pieces (the next group's first ones at the end of a row) are loaded before the current ones are
 // used, so every thread keeps loads in flight through the dot products and the reduction.
-// Up to NT tokens (n_tok <= NT); TB threads per block (32, 64 or 128).
-template <class Q, int NT, int R, int TB>
+// Up to NT tokens (n_tok <= NT); TB threads per block (32 or 128). With Pairs, x rows 2t and
+// 2t + 1 (an int8 copy and its residual's) add up into output token t.
+template <class Q, int NT, int R, int TB, bool Pairs>
 __global__ void __launch_bounds__(TB)
     matvec_kernel(jobs jb, int n_blocks, int64_t row_bytes, x_view xs, int n_tok, bool add) {
   constexpr int k_warps = TB / 32;
@@ -153,20 +168,20 @@ __global__ void __launch_bounds__(TB)
         float v = acc[r][t];
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (k_warps == 1 && lane == r * NT + t) mine = v;
+        if (k_warps == 1 && (lane == r * NT + t || (Pairs && lane + 1 == r * NT + t))) mine += v;
         if (k_warps > 1 && lane == 0) part[buf][warp][r * NT + t] = v;
       }
     if (k_warps > 1) __syncthreads();
     if (threadIdx.x < R * NT) {
       const int r = threadIdx.x / NT, t = threadIdx.x % NT;
-      if (t < n_tok && g * R + r < total) {
+      if (t < n_tok && (!Pairs || t % 2 == 0) && g * R + r < total) {
         float v = mine;
         if (k_warps > 1) {
 #pragma unroll
-          for (int w = 0; w < k_warps; ++w) v += part[buf][w][threadIdx.x];
+          for (int w = 0; w < k_warps; ++w) v += part[buf][w][threadIdx.x] + (Pairs ? part[buf][w][threadIdx.x + 1] : 0.f);
         }
         const located l = locate(jb, g * R + r);
-        float* out = l.y + static_cast<int64_t>(t) * l.n_out + l.local;
+        float* out = l.y + static_cast<int64_t>(Pairs ? t / 2 : t) * l.n_out + l.local;
         *out = add ? *out + v : v;
       }
     }
@@ -183,9 +198,9 @@ struct device_facts {
 // Cached per device and per kernel: the template's arguments are the kernel's own (every mat-vec
 // kernel has the same function type, so a cache keyed by that type would hand the first
 // kernel's block count to all of them).
-template <class Q, int NT, int R, int TB>
+template <class Q, int NT, int R, int TB, bool Pairs>
 cudaError_t facts_of(device_facts& f) {
-  const auto kernel = matvec_kernel<Q, NT, R, TB>;
+  const auto kernel = matvec_kernel<Q, NT, R, TB, Pairs>;
   const int threads = TB;
   constexpr int k_max_devices = 64;
   static std::atomic<int> cache[k_max_devices];  // resident * 2 + pdl, 0 = not known yet
@@ -210,11 +225,11 @@ cudaError_t facts_of(device_facts& f) {
 
 // On sm_90 the kernel starts as a programmatic dependent of the previous launch on the stream
 // (its first weight loads overlap that kernel's tail; it waits before reading x or touching y).
-template <class Q, int NT, int R, int TB>
+template <class Q, int NT, int R, int TB, bool Pairs = false>
 cudaError_t launch_rows(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool add, cudaStream_t s) {
-  const auto kernel = matvec_kernel<Q, NT, R, TB>;
+  const auto kernel = matvec_kernel<Q, NT, R, TB, Pairs>;
   device_facts f;
-  const cudaError_t e = facts_of<Q, NT, R, TB>(f);
+  const cudaError_t e = facts_of<Q, NT, R, TB, Pairs>(f);
   if (e != cudaSuccess) return e;
   const int64_t groups = (jb.row_end[jb.n - 1] + R - 1) / R;
   const auto grid = static_cast<unsigned>(g_tuning.block_per_group ? std::min<int64_t>(groups, 0x7fffffff)
@@ -328,6 +343,19 @@ cudaError_t launch_float_x(int64_t n_in, const matvec_job& job, x_view xs, int n
   return launch_rows<fx<Q>, 8, 1, 128>(jb, nb, xs, n_tok, false, s);
 }
 
+// x's int8 copy and its residual's (quantize_x2_kernel) for n_tok <= 4 tokens: 2 or 8 rows in
+// pairs, four rows per group for the eight (as the batched mat-vecs measure best).
+template <class Q>
+cudaError_t launch_fine(int64_t n_in, const matvec_job& job, x_view xs, int n_tok, cudaStream_t s) {
+  const matvec_job* one = &job;
+  const jobs jb = make_jobs(&one, 1);
+  if (jb.n == 0) return cudaSuccess;
+  const int nb = static_cast<int>(n_in / Q::qk);
+  constexpr int TB = threads_of<Q>;
+  if (n_tok <= 1) return launch_rows<Q, 2, 2, TB, true>(jb, nb, xs, 2 * n_tok, false, s);
+  return launch_rows<Q, 8, 4, TB, true>(jb, nb, xs, 2 * n_tok, false, s);
+}
+
 }  // namespace
 
 bool gpu_can_matvec(ggml_type t) {
@@ -431,6 +459,38 @@ cudaError_t launch_matvec_float_x(ggml_type t, const void* w, int64_t n_in, int6
     case ggml_type::q6_k: return launch_float_x<mq_q6_k>(n_in, job, xs, n_tok, stream);
     default: return launch_matvec(t, w, n_in, n_out, x, n_tok, y, nullptr, stream);  // F32/F16 read floats
   }
+}
+
+cudaError_t launch_matvec_fine_x(ggml_type t, const void* w, int64_t n_in, int64_t n_out, const float* x, int n_tok,
+                                 float* y, void* work, cudaStream_t stream) {
+  if (n_in <= 0 || n_in % 32 != 0 || n_out < 0 || n_tok < 0 || 2 * n_tok > k_matvec_max_tokens)
+    return cudaErrorInvalidValue;
+  if (!gpu_can_matvec(t)) return cudaErrorInvalidValue;
+  const int64_t qk = t == ggml_type::q4_k || t == ggml_type::q5_k || t == ggml_type::q6_k ? 256 : 32;
+  if (n_in % qk != 0 || n_in / qk > (1 << 24)) return cudaErrorInvalidValue;
+  if (!reads_int8_x(t)) return launch_matvec(t, w, n_in, n_out, x, n_tok, y, work, stream);
+  if (work == nullptr) return cudaErrorInvalidValue;
+  if (!aligned(w, 16) || !aligned(x, 16) || !aligned(work, 16)) return cudaErrorMisalignedAddress;
+  if (n_tok == 0) return cudaSuccess;
+  const matvec_qx qx = matvec_x_parts(work, n_in, 2 * n_tok);
+  const int64_t n_xb = n_in / 32 * n_tok;
+  cudaError_t e = launch_pdl(quantize_x2_kernel, dim3(static_cast<unsigned>((n_xb + 7) / 8)), dim3(256), stream, x,
+                             n_in, n_xb, qx.q, qx.ds);
+  if (e != cudaSuccess) return e;
+  const matvec_job job{t, w, n_out, y};
+  const x_view xs{x, qx.q, qx.ds, n_in};
+  switch (t) {
+    case ggml_type::q4_0: return launch_fine<mq_q4_0>(n_in, job, xs, n_tok, stream);
+    case ggml_type::q4_1: return launch_fine<mq_q4_1>(n_in, job, xs, n_tok, stream);
+    case ggml_type::q5_0: return launch_fine<mq_q5_0>(n_in, job, xs, n_tok, stream);
+    case ggml_type::q5_1: return launch_fine<mq_q5_1>(n_in, job, xs, n_tok, stream);
+    case ggml_type::q8_0: return launch_fine<mq_q8_0>(n_in, job, xs, n_tok, stream);
+    case ggml_type::q4_k: return launch_fine<mq_q4_k>(n_in, job, xs, n_tok, stream);
+    case ggml_type::q5_k: return launch_fine<mq_q5_k>(n_in, job, xs, n_tok, stream);
+    case ggml_type::q6_k: return launch_fine<mq_q6_k>(n_in, job, xs, n_tok, stream);
+    default: break;
+  }
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t launch_matvec(ggml_type t, const void* w, int64_t n_in, int64_t n_out, const float* x, int n_tok,

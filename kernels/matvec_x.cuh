@@ -9,8 +9,9 @@
 
 namespace tandem {
 
-// Lane i holds value i of a 32-value block; writes q32[lane] and, from lane 0, *ds.
-__device__ __forceinline__ void quantize_x_warp(float v, int8_t* q32, float2* ds) {
+// Lane i holds value i of a 32-value block; writes q32[lane] and, from lane 0, *ds. Returns the
+// lane's value as the copy holds it (d q).
+__device__ __forceinline__ float quantize_x_warp(float v, int8_t* q32, float2* ds) {
   float amax = fabsf(v);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
@@ -21,6 +22,7 @@ __device__ __forceinline__ void quantize_x_warp(float v, int8_t* q32, float2* ds
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   q32[threadIdx.x % 32] = static_cast<int8_t>(q);
   if (threadIdx.x % 32 == 0) *ds = make_float2(d, d * static_cast<float>(sum));
+  return d * static_cast<float>(q);
 }
 
 }  // namespace tandem

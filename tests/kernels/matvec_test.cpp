@@ -296,6 +296,48 @@ TEST(matvec, float_x_matches_outliers_int8_does_not) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// The head's finer path (launch_matvec_fine_x: x's int8 copy plus its residual's) on the same
+// inputs: within 2e-4 of sum |w x| of the float result (one int8 copy misses by 1-2% there), for
+// 1..4 tokens; bad arguments are errors.
+TEST(matvec, fine_x_is_close_to_float_x) {
+  REQUIRE_GPU();
+  const int64_t n_out = 64;
+  for (int64_t n_in : {288, 768, 4096})
+    for (ggml_type t : k_types) {
+      if (n_in % int64_t(type_info(t).block_size) != 0) continue;
+      const auto q = quantize_matrix(t, randoms(n_in * n_out, 131), n_in, n_out);
+      const auto deq = dequantize_matrix(t, q, n_in, n_out);
+      for (int n_tok : {1, 2, 4}) {
+        auto x = randoms(n_in * n_tok, 132 + n_tok);
+        for (int64_t i = 7; i < n_in * n_tok; i += 128) x[i] = (i / 128) % 2 ? 200.f : -170.f;
+        dev<uint8_t> dw(q), work(matvec_work_bytes(n_in, 2 * n_tok));
+        dev<float> dx(x), dy(size_t(n_tok * n_out));
+        ASSERT_EQ(launch_matvec_fine_x(t, dw.p, n_in, n_out, dx.p, n_tok, dy.p, work.p, nullptr), cudaSuccess);
+        const auto y = dy.host();
+        for (int tk = 0; tk < n_tok; ++tk)
+          for (int64_t o = 0; o < n_out; ++o) {
+            double exact = 0, mag = 0;
+            for (int64_t i = 0; i < n_in; ++i) {
+              const double p = double(deq[o][i]) * x[tk * n_in + i];
+              exact += p, mag += std::fabs(p);
+            }
+            ASSERT_NEAR(y[tk * n_out + o], exact, 2e-4 * mag + 1e-6)
+                << type_name(t) << " n_in " << n_in << " tok " << tk << " row " << o;
+          }
+      }
+    }
+  dev<uint8_t> w(size_t(4096)), work(matvec_work_bytes(256, 8));
+  dev<float> x(size_t(256)), y(size_t(16));
+  EXPECT_EQ(launch_matvec_fine_x(ggml_type::q4_k, w.p, 100, 4, x.p, 1, y.p, work.p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_matvec_fine_x(ggml_type::q4_k, w.p, 32, 4, x.p, 1, y.p, work.p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_matvec_fine_x(ggml_type::q8_0, w.p, 64, 4, x.p, 5, y.p, work.p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_matvec_fine_x(ggml_type::q8_0, w.p, 64, 4, x.p, 1, y.p, nullptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_matvec_fine_x(ggml_type::q8_0, w.p, 64, 4, x.p + 1, 1, y.p, work.p, nullptr),
+            cudaErrorMisalignedAddress);
+  EXPECT_EQ(launch_matvec_fine_x(ggml_type::f16, w.p, 64, 4, x.p, 1, y.p, nullptr, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 // Times `launch` (median of 5 rounds of 50 calls) after warm-up, in microseconds per call. With
 // graph, the 50 calls are captured once into a CUDA graph and the graph is replayed: GPU time
 // without the host's launch overhead.
@@ -436,21 +478,25 @@ TEST(big, head_bandwidth) {
     dev<uint8_t> dw(mat * copies, 0);
     for (int c = 0; c < copies; ++c)
       ASSERT_EQ(cudaMemcpy(dw.p + c * mat, one.data(), mat, cudaMemcpyHostToDevice), cudaSuccess);
-    for (int n_tok : {1, 8}) {
+    for (int n_tok : {1, 4, 8}) {
       dev<float> dx(randoms(n_in * n_tok, 122)), dy(size_t(n_out * n_tok));
       dev<uint8_t> work(matvec_work_bytes(n_in, n_tok));
       cudaError_t err = cudaSuccess;
-      for (bool floats : {false, true}) {
+      dev<uint8_t> work2(matvec_work_bytes(n_in, 2 * n_tok));
+      for (const char* mode : {"int8", "float", "fine"}) {
+        const std::string m = mode;
+        if (m == "fine" && 2 * n_tok > k_matvec_max_tokens) continue;
         auto run = [&](int i, cudaStream_t s) {
           const uint8_t* w = dw.p + (i % copies) * mat;
-          const cudaError_t e = floats ? launch_matvec_float_x(t, w, n_in, n_out, dx.p, n_tok, dy.p, s)
-                                       : launch_matvec(t, w, n_in, n_out, dx.p, n_tok, dy.p, work.p, s);
+          const cudaError_t e = m == "float" ? launch_matvec_float_x(t, w, n_in, n_out, dx.p, n_tok, dy.p, s)
+                                : m == "fine" ? launch_matvec_fine_x(t, w, n_in, n_out, dx.p, n_tok, dy.p, work2.p, s)
+                                              : launch_matvec(t, w, n_in, n_out, dx.p, n_tok, dy.p, work.p, s);
           if (e != cudaSuccess) err = e;
         };
         const double us = time_us(run, true);
         std::printf("head %-5s %lld x %lld, %d tok, %-7s x: %7.1f us, %6.0f GB/s\n", std::string(type_name(t)).c_str(),
-                    static_cast<long long>(n_out), static_cast<long long>(n_in), n_tok, floats ? "float" : "int8",
-                    us, double(mat) / (us * 1e-6) / 1e9);
+                    static_cast<long long>(n_out), static_cast<long long>(n_in), n_tok, mode, us,
+                    double(mat) / (us * 1e-6) / 1e9);
       }
       ASSERT_EQ(err, cudaSuccess);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

@@ -103,6 +103,8 @@ class cuda_backend final : public cuda_stage {
     use_graphs_ = opt.graphs && !profile_ && !(env && std::string_view(env) == "0");
     const char* head = std::getenv("TANDEM_CUDA_HEAD_INT8");
     head_int8_ = head && std::string_view(head) == "1";
+    const char* head_float = std::getenv("TANDEM_CUDA_HEAD_FLOAT");
+    head_float_ = head_float && std::string_view(head_float) == "1";
     TANDEM_TRY(upload_weights(desc_, *ctx_, opt.staging_bytes, range_, w_, stats_));
     TANDEM_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     bytes_per_token_ = range_.head ? desc_.output->n_bytes : 0;
@@ -207,7 +209,8 @@ class cuda_backend final : public cuda_stage {
   int scratch_tokens_ = 0;
   cuda_graph_cache graphs_;
   bool use_graphs_ = true;
-  bool head_int8_ = false;  // TANDEM_CUDA_HEAD_INT8=1: the head reads the int8 copy of x
+  bool head_int8_ = false;   // TANDEM_CUDA_HEAD_INT8=1: the head reads the int8 copy of x
+  bool head_float_ = false;  // TANDEM_CUDA_HEAD_FLOAT=1: the head reads x as floats
   cuda_step_profile* profile_ = nullptr;  // bench --profile: times per launch group
   status mark(const char* label) { return profile_ ? profile_->mark(label, ctx_->stream()) : status{}; }
   weight_range range_;
@@ -431,14 +434,22 @@ status cuda_backend::ensure_scratch(int n) {
   return {};
 }
 
-// Decode-sized heads read x as floats: the int8 copy's 1-4% error on activations with outliers
-// flips near-tie argmaxes (seen on SmolLM2). TANDEM_CUDA_HEAD_INT8=1 restores the int8 path (to
-// measure what the floats cost).
+// Decode-sized heads do not read the plain int8 copy of x: its 1-4% error on activations with
+// outliers flips near-tie argmaxes (seen on SmolLM2). Up to 4 tokens read it with its residual's
+// copy (launch_matvec_fine_x: about 1e-4, at the int8 speed) where the workspace holds both;
+// else x as floats (about half the speed). TANDEM_CUDA_HEAD_INT8=1 restores the plain int8 path
+// and TANDEM_CUDA_HEAD_FLOAT=1 the float path (to measure what each costs).
 status cuda_backend::output_head(const float* x, int n_tok, float* y) {
   const device_matrix& w = w_.output;
   if (head_int8_ || n_tok > k_matvec_max_tokens || !gpu_can_matvec(w.type) || w.n_in % 32 != 0)
     return matmul(w, x, n_tok, y);
-  TANDEM_CUDA_TRY(launch_matvec_float_x(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, ctx_->stream()));
+  const cudaStream_t s = ctx_->stream();
+  if (!head_float_ && 2 * n_tok <= k_matvec_max_tokens &&
+      matvec_work_bytes(w.n_in, 2 * n_tok) <= matvec_work_.size()) {
+    TANDEM_CUDA_TRY(launch_matvec_fine_x(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, matvec_work_.get(), s));
+    return {};
+  }
+  TANDEM_CUDA_TRY(launch_matvec_float_x(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, s));
   return {};
 }
 
