@@ -10,8 +10,11 @@
 
 namespace tandem {
 
-// "CUDA error cudaErrorMemoryAllocation (out of memory) in cudaMalloc(&p, n) at file.cpp:12"
+// "CUDA error cudaErrorMemoryAllocation (out of memory) in cudaMalloc(&p, n) at file.cpp:12".
+// Also clears the runtime's last-error state: a failure reported here must not resurface from a
+// later launch's cudaGetLastError() (a refused device once failed the next model's first forward).
 inline error cuda_error(cudaError_t code, const char* expr, const char* file, int line) {
+  (void)cudaGetLastError();
   return make_error("CUDA error ", cudaGetErrorName(code), " (", cudaGetErrorString(code), ") in ", expr,
                     " at ", file, ":", line);
 }

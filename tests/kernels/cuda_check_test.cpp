@@ -43,5 +43,22 @@ TEST(cuda_check, failure_names_code_expression_file_and_line) {
   EXPECT_NE(r.message().find("cudaErrorMemoryAllocation"), std::string::npos) << r.message();
 }
 
+status select_missing_device() {
+  TANDEM_CUDA_TRY(cudaSetDevice(-1));
+  return {};
+}
+
+// The runtime keeps a failed call's code as its "last error", which the kernel launchers return
+// after each launch: once reported, it must be gone, or the next launch fails for no reason.
+TEST(cuda_check, a_reported_failure_does_not_linger) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();
+    GTEST_SKIP() << "no CUDA device";
+  }
+  ASSERT_FALSE(select_missing_device().ok());
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -732,6 +732,11 @@ status check_tensor_shares(const hparams& hp, const cuda_backend_options& opt) {
 
 result<std::unique_ptr<cuda_backend_api>> make_tensor_split(const model_desc& desc, const cuda_backend_options& opt) {
   TANDEM_TRY(check_tensor_shares(desc.hp, opt));
+  const int n_dev = cuda_device_count();
+  for (int d : opt.devices)
+    if (d < 0 || d >= n_dev)
+      return make_error("CUDA tensor split: device ", d, " does not exist (", n_dev, " device", n_dev == 1 ? "" : "s",
+                        " found)");
   auto transport = opt.exchange.empty() ? collective_transport_from_env() : parse_collective_transport(opt.exchange);
   if (!transport) return transport.err();
   auto comms = make_cuda_collectives(opt.devices, *transport);

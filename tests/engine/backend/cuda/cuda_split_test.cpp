@@ -55,7 +55,8 @@ void expect_same(side& whole, side& split) {
   for (int i = 0; i < 40; ++i) b.add(int32_t(rng() % 96), 0, i, i % 8 == 7);  // a GEMM-path prefill
   for (int i = 0; i < 3; ++i) b.add(int32_t(rng() % 96), 1, i, true);
   std::vector<float> a, g;
-  ASSERT_TRUE(whole.be->forward(b, *whole.cache, a).ok());
+  auto sw = whole.be->forward(b, *whole.cache, a);
+  ASSERT_TRUE(sw.ok()) << sw.message();
   auto st = split.be->forward(b, *split.cache, g);
   ASSERT_TRUE(st.ok()) << st.message();
   ASSERT_EQ(a, g) << "prefill";
@@ -272,6 +273,15 @@ TEST(cuda_tensor_split, bad_shares_are_errors) {
   opt.tensor_shares = {{0, 1, 0, 100, true}, {1, 2, 100, 512, false}};
   be = make_cuda_backend(m->desc, opt);
   ASSERT_FALSE(be.ok());
+  // A device that is not there, and no error left behind for the next launch to trip on (this
+  // once failed the next test's first forward on one-GPU machines).
+  const int n_dev = cuda_backend_device_count();
+  opt.devices = {0, n_dev};
+  opt.tensor_shares = {{0, 1, 0, 256, true}, {1, 2, 256, 512, false}};
+  be = make_cuda_backend(m->desc, opt);
+  ASSERT_FALSE(be.ok());
+  EXPECT_NE(be.message().find("does not exist"), std::string::npos) << be.message();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
 }  // namespace
