@@ -94,12 +94,12 @@ __device__ __forceinline__ void load_pieces(const uint8_t* const (&wrow)[R], con
 }
 
 // Persistent thread blocks (as many as fit on the GPU at once) walk the row groups g =
-// blockIdx.x, + gridDim.x, ...; all 128 threads work on every row of a group: thread i takes
-// pieces i, i + 128, ... (piece p = block p / ppb, part p % ppb). The weights of a thread's next
-// pieces (the next group's first ones at the end of a row) are loaded before the current ones are
-// used, so every thread keeps loads in flight through the dot products and the reduction.
-// Up to NT tokens (n_tok <= NT); TB threads per block (32 or 128). With Pairs, x rows 2t and
-// 2t + 1 (an int8 copy and its residual's) add up into output token t.
+// blockIdx.x, + gridDim.x, ...; all TB threads (one warp or four) work on every row of a group:
+// thread i takes pieces i, i + TB, ... (piece p = block p / ppb, part p % ppb). The weights of a
+// thread's next pieces (the next group's first ones at the end of a row) are loaded before the
+// current ones are used, so every thread keeps loads in flight through the dot products and the
+// reduction. Up to NT tokens (n_tok <= NT). With Pairs, x rows 2t and 2t + 1 (an int8 copy and
+// its residual's) add up into output token t.
 template <class Q, int NT, int R, int TB, bool Pairs>
 __global__ void __launch_bounds__(TB)
     matvec_kernel(jobs jb, int n_blocks, int64_t row_bytes, x_view xs, int n_tok, bool add) {
