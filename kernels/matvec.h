@@ -42,8 +42,8 @@ cudaError_t launch_matvec_float_x(ggml_type t, const void* w, int64_t n_in, int6
 // launch_matvec with x read as two int8 copies: x's and that of what x's rounded away (each
 // value's error falls from about d / 2 to d / 500, d a block's largest |x| / 127: about 1e-4 of
 // sum |w x| on activations with outliers, where one copy errs by 1-2%), summed in the kernel.
-// For the output head: it reads weights at the int8 kernels' speed, where float x runs at about
-// half. n_tok <= k_matvec_max_tokens / 2; work: matvec_work_bytes(n_in, 2 * n_tok) bytes, 16-byte
+// For the output head: faster than float x (on an H200, one token of a 151936 x 4096 head: Q6_K
+// 237 us against 283, Q8_0 165 against 460; one int8 copy 177 and 160). n_tok <= k_matvec_max_tokens / 2; work: matvec_work_bytes(n_in, 2 * n_tok) bytes, 16-byte
 // aligned. F32/F16 weights read x as floats (launch_matvec). Errors as launch_matvec.
 cudaError_t launch_matvec_fine_x(ggml_type t, const void* w, int64_t n_in, int64_t n_out, const float* x, int n_tok,
                                  float* y, void* work, cudaStream_t stream);

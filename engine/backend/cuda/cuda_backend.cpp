@@ -436,8 +436,8 @@ status cuda_backend::ensure_scratch(int n) {
 
 // Decode-sized heads do not read the plain int8 copy of x: its 1-4% error on activations with
 // outliers flips near-tie argmaxes (seen on SmolLM2). Up to 4 tokens read it with its residual's
-// copy (launch_matvec_fine_x: about 1e-4, at the int8 speed) where the workspace holds both;
-// else x as floats (about half the speed). TANDEM_CUDA_HEAD_INT8=1 restores the plain int8 path
+// copy (launch_matvec_fine_x: about 1e-4 of sum |w x|, faster than floats) where the workspace
+// holds both; else x as floats. TANDEM_CUDA_HEAD_INT8=1 restores the plain int8 path
 // and TANDEM_CUDA_HEAD_FLOAT=1 the float path (to measure what each costs).
 status cuda_backend::output_head(const float* x, int n_tok, float* y) {
   const device_matrix& w = w_.output;
