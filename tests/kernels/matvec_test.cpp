@@ -249,6 +249,25 @@ TEST(matvec, rejects_bad_arguments) {
   EXPECT_GE(matvec_work_bytes(4096, 8), size_t(4096 * 8 + 4096 / 32 * 8 * 8));
 }
 
+// x with outliers, as real activations have: one value of about 200 in every fourth block of 32
+// among values in [-1, 1].
+std::vector<float> outlier_x(int64_t n, uint32_t seed) {
+  auto x = randoms(n, seed);
+  for (int64_t i = 7; i < n; i += 128) x[i] = (i / 128) % 2 ? 200.f : -170.f;
+  return x;
+}
+
+// A dequantized row dotted with x in doubles; mag = sum |w x| (what rounding errors scale with).
+double exact_dot(const std::vector<float>& w, const float* x, int64_t n, double& mag) {
+  double s = 0;
+  mag = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double p = double(w[i]) * x[i];
+    s += p, mag += std::fabs(p);
+  }
+  return s;
+}
+
 // The output head's path (launch_matvec_float_x) on x with outliers, as real activations have:
 // one value of ~200 in every fourth block of 32 among values in [-1, 1]. Its outputs must match
 // the dequantized weights dotted with the float x (2e-5 of sum |w x|); the int8 path must not
@@ -264,8 +283,7 @@ TEST(matvec, float_x_matches_outliers_int8_does_not) {
     const auto q = quantize_matrix(t, randoms(n_in * n_out, 111), n_in, n_out);
     const auto deq = dequantize_matrix(t, q, n_in, n_out);
     for (int n_tok : {1, 3, 8}) {
-      auto x = randoms(n_in * n_tok, 112 + n_tok);
-      for (int64_t i = 7; i < n_in * n_tok; i += 128) x[i] = (i / 128) % 2 ? 200.f : -170.f;
+      const auto x = outlier_x(n_in * n_tok, 112 + n_tok);
       dev<uint8_t> dw(q), work(matvec_work_bytes(n_in, n_tok));
       dev<float> dx(x), dy(size_t(n_tok * n_out)), dy8(size_t(n_tok * n_out));
       ASSERT_EQ(launch_matvec_float_x(t, dw.p, n_in, n_out, dx.p, n_tok, dy.p, nullptr), cudaSuccess);
@@ -274,11 +292,8 @@ TEST(matvec, float_x_matches_outliers_int8_does_not) {
       double int8_worst = 0;  // largest error of the int8 path in units of the tolerance
       for (int tk = 0; tk < n_tok; ++tk)
         for (int64_t o = 0; o < n_out; ++o) {
-          double exact = 0, mag = 0;
-          for (int64_t i = 0; i < n_in; ++i) {
-            const double p = double(deq[o][i]) * x[tk * n_in + i];
-            exact += p, mag += std::fabs(p);
-          }
+          double mag = 0;
+          const double exact = exact_dot(deq[o], x.data() + tk * n_in, n_in, mag);
           const double tol = 2e-5 * mag + 1e-6;
           ASSERT_NEAR(y[tk * n_out + o], exact, tol) << type_name(t) << " n_in " << n_in << " tok " << tk << " row " << o;
           int8_worst = std::max(int8_worst, std::fabs(y8[tk * n_out + o] - exact) / tol);
@@ -308,19 +323,15 @@ TEST(matvec, fine_x_is_close_to_float_x) {
       const auto q = quantize_matrix(t, randoms(n_in * n_out, 131), n_in, n_out);
       const auto deq = dequantize_matrix(t, q, n_in, n_out);
       for (int n_tok : {1, 2, 4}) {
-        auto x = randoms(n_in * n_tok, 132 + n_tok);
-        for (int64_t i = 7; i < n_in * n_tok; i += 128) x[i] = (i / 128) % 2 ? 200.f : -170.f;
+        const auto x = outlier_x(n_in * n_tok, 132 + n_tok);
         dev<uint8_t> dw(q), work(matvec_work_bytes(n_in, 2 * n_tok));
         dev<float> dx(x), dy(size_t(n_tok * n_out));
         ASSERT_EQ(launch_matvec_fine_x(t, dw.p, n_in, n_out, dx.p, n_tok, dy.p, work.p, nullptr), cudaSuccess);
         const auto y = dy.host();
         for (int tk = 0; tk < n_tok; ++tk)
           for (int64_t o = 0; o < n_out; ++o) {
-            double exact = 0, mag = 0;
-            for (int64_t i = 0; i < n_in; ++i) {
-              const double p = double(deq[o][i]) * x[tk * n_in + i];
-              exact += p, mag += std::fabs(p);
-            }
+            double mag = 0;
+            const double exact = exact_dot(deq[o], x.data() + tk * n_in, n_in, mag);
             ASSERT_NEAR(y[tk * n_out + o], exact, 2e-4 * mag + 1e-6)
                 << type_name(t) << " n_in " << n_in << " tok " << tk << " row " << o;
           }
