@@ -343,6 +343,22 @@ cudaError_t launch_float_x(int64_t n_in, const matvec_job& job, x_view xs, int n
   return launch_rows<fx<Q>, 8, 1, 128>(jb, nb, xs, n_tok, false, s);
 }
 
+// f(mq_<type>{}) for the quantized (int8-x) types; cudaErrorInvalidValue for the others.
+template <class F>
+cudaError_t with_int8_type(ggml_type t, F&& f) {
+  switch (t) {
+    case ggml_type::q4_0: return f(mq_q4_0{});
+    case ggml_type::q4_1: return f(mq_q4_1{});
+    case ggml_type::q5_0: return f(mq_q5_0{});
+    case ggml_type::q5_1: return f(mq_q5_1{});
+    case ggml_type::q8_0: return f(mq_q8_0{});
+    case ggml_type::q4_k: return f(mq_q4_k{});
+    case ggml_type::q5_k: return f(mq_q5_k{});
+    case ggml_type::q6_k: return f(mq_q6_k{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 // x's int8 copy and its residual's (quantize_x2_kernel) for n_tok <= 4 tokens: 2 or 8 rows in
 // pairs, four rows per group for the eight (as the batched mat-vecs measure best).
 template <class Q>
@@ -446,19 +462,10 @@ cudaError_t launch_matvec_float_x(ggml_type t, const void* w, int64_t n_in, int6
   if (!gpu_can_matvec(t)) return cudaErrorInvalidValue;
   if (!aligned(w, 16) || !aligned(x, 16)) return cudaErrorMisalignedAddress;
   if (n_tok == 0) return cudaSuccess;
+  if (!reads_int8_x(t)) return launch_matvec(t, w, n_in, n_out, x, n_tok, y, nullptr, stream);  // F32/F16: floats
   const matvec_job job{t, w, n_out, y};
   const x_view xs{x, nullptr, nullptr, n_in};
-  switch (t) {
-    case ggml_type::q4_0: return launch_float_x<mq_q4_0>(n_in, job, xs, n_tok, stream);
-    case ggml_type::q4_1: return launch_float_x<mq_q4_1>(n_in, job, xs, n_tok, stream);
-    case ggml_type::q5_0: return launch_float_x<mq_q5_0>(n_in, job, xs, n_tok, stream);
-    case ggml_type::q5_1: return launch_float_x<mq_q5_1>(n_in, job, xs, n_tok, stream);
-    case ggml_type::q8_0: return launch_float_x<mq_q8_0>(n_in, job, xs, n_tok, stream);
-    case ggml_type::q4_k: return launch_float_x<mq_q4_k>(n_in, job, xs, n_tok, stream);
-    case ggml_type::q5_k: return launch_float_x<mq_q5_k>(n_in, job, xs, n_tok, stream);
-    case ggml_type::q6_k: return launch_float_x<mq_q6_k>(n_in, job, xs, n_tok, stream);
-    default: return launch_matvec(t, w, n_in, n_out, x, n_tok, y, nullptr, stream);  // F32/F16 read floats
-  }
+  return with_int8_type(t, [&](auto q) { return launch_float_x<decltype(q)>(n_in, job, xs, n_tok, stream); });
 }
 
 cudaError_t launch_matvec_fine_x(ggml_type t, const void* w, int64_t n_in, int64_t n_out, const float* x, int n_tok,
@@ -466,31 +473,21 @@ cudaError_t launch_matvec_fine_x(ggml_type t, const void* w, int64_t n_in, int64
   if (n_in <= 0 || n_in % 32 != 0 || n_out < 0 || n_tok < 0 || 2 * n_tok > k_matvec_max_tokens)
     return cudaErrorInvalidValue;
   if (!gpu_can_matvec(t)) return cudaErrorInvalidValue;
-  const int64_t qk = t == ggml_type::q4_k || t == ggml_type::q5_k || t == ggml_type::q6_k ? 256 : 32;
-  if (n_in % qk != 0 || n_in / qk > (1 << 24)) return cudaErrorInvalidValue;
   if (!reads_int8_x(t)) return launch_matvec(t, w, n_in, n_out, x, n_tok, y, work, stream);
   if (work == nullptr) return cudaErrorInvalidValue;
   if (!aligned(w, 16) || !aligned(x, 16) || !aligned(work, 16)) return cudaErrorMisalignedAddress;
-  if (n_tok == 0) return cudaSuccess;
-  const matvec_qx qx = matvec_x_parts(work, n_in, 2 * n_tok);
-  const int64_t n_xb = n_in / 32 * n_tok;
-  cudaError_t e = launch_pdl(quantize_x2_kernel, dim3(static_cast<unsigned>((n_xb + 7) / 8)), dim3(256), stream, x,
-                             n_in, n_xb, qx.q, qx.ds);
-  if (e != cudaSuccess) return e;
-  const matvec_job job{t, w, n_out, y};
-  const x_view xs{x, qx.q, qx.ds, n_in};
-  switch (t) {
-    case ggml_type::q4_0: return launch_fine<mq_q4_0>(n_in, job, xs, n_tok, stream);
-    case ggml_type::q4_1: return launch_fine<mq_q4_1>(n_in, job, xs, n_tok, stream);
-    case ggml_type::q5_0: return launch_fine<mq_q5_0>(n_in, job, xs, n_tok, stream);
-    case ggml_type::q5_1: return launch_fine<mq_q5_1>(n_in, job, xs, n_tok, stream);
-    case ggml_type::q8_0: return launch_fine<mq_q8_0>(n_in, job, xs, n_tok, stream);
-    case ggml_type::q4_k: return launch_fine<mq_q4_k>(n_in, job, xs, n_tok, stream);
-    case ggml_type::q5_k: return launch_fine<mq_q5_k>(n_in, job, xs, n_tok, stream);
-    case ggml_type::q6_k: return launch_fine<mq_q6_k>(n_in, job, xs, n_tok, stream);
-    default: break;
-  }
-  return cudaErrorInvalidValue;
+  return with_int8_type(t, [&](auto q) {
+    using Q = decltype(q);
+    // Checked before the quantization launch: a refused call launches nothing.
+    if (n_in % Q::qk != 0 || n_in / Q::qk > (1 << 24)) return cudaErrorInvalidValue;
+    if (n_tok == 0) return cudaSuccess;
+    const matvec_qx qx = matvec_x_parts(work, n_in, 2 * n_tok);
+    const int64_t n_xb = n_in / 32 * n_tok;
+    const cudaError_t e = launch_pdl(quantize_x2_kernel, dim3(static_cast<unsigned>((n_xb + 7) / 8)), dim3(256),
+                                     stream, x, n_in, n_xb, qx.q, qx.ds);
+    if (e != cudaSuccess) return e;
+    return launch_fine<Q>(n_in, {t, w, n_out, y}, {x, qx.q, qx.ds, n_in}, n_tok, stream);
+  });
 }
 
 cudaError_t launch_matvec(ggml_type t, const void* w, int64_t n_in, int64_t n_out, const float* x, int n_tok,
