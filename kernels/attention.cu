@@ -158,16 +158,41 @@ __global__ void store_kv_kernel(const float* __restrict__ k, const float* __rest
 constexpr int k_rope_warps = 4;
 
 
+// What a warp's row needs that no kernel of the step writes: its norm weights and its RoPE
+// rotations (positions come with the step's upload, before any kernel of it), so that they are
+// fetched and computed (rope_kernel's double-precision arithmetic) before pdl_wait.
+struct rope_prep {
+  float nw[8];       // norm weight of dims lane + 32 k (head_dim <= 256)
+  float c[4], s[4];  // rotation of pairs lane + 32 k (rope_dim / 2 <= 128)
+};
+
+__device__ void prepare_row(const qk_rope_store_args& a, int t, int j, rope_prep& p) {
+  const int lane = threadIdx.x % 32;
+  if (j >= a.n_head + a.n_head_kv) return;  // v rows are copied as they are
+  const float* nw = j < a.n_head ? a.q_norm : a.k_norm;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) p.nw[k] = nw && lane + 32 * k < a.head_dim ? nw[lane + 32 * k] : 0.f;
+  const int half = a.rope_dim / 2;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int i = lane + 32 * k;
+    if (i >= half) break;
+    const double freq = pow(static_cast<double>(a.theta), -2.0 * i / a.rope_dim);
+    const double angle = static_cast<double>(a.pos[t]) * freq;
+    p.c[k] = static_cast<float>(cos(angle)), p.s[k] = static_cast<float>(sin(angle));
+  }
+}
+
 // One warp brings row j of token t (the n_head q heads, then the n_head_kv k heads, then the v
 // heads) into buf: q and k get their per-head norm and RoPE (written back to q and k), v is copied.
-__device__ void rope_row(const qk_rope_store_args& a, int t, int j, float* buf) {
+__device__ void rope_row(const qk_rope_store_args& a, int t, int j, const rope_prep& p, float* buf) {
   const int lane = threadIdx.x % 32, D = a.head_dim;
   const bool is_q = j < a.n_head, is_v = j >= a.n_head + a.n_head_kv;
   const int hk = is_q ? 0 : (is_v ? j - a.n_head - a.n_head_kv : j - a.n_head);
   float* row = is_q ? a.q + (static_cast<int64_t>(t) * a.n_head + j) * D
                     : (is_v ? nullptr : a.k + (static_cast<int64_t>(t) * a.n_head_kv + hk) * D);
   const float* src = is_v ? a.v + (static_cast<int64_t>(t) * a.n_head_kv + hk) * D : row;
-  const float* nw = is_q ? a.q_norm : a.k_norm;
+  const bool norm = (is_q ? a.q_norm : a.k_norm) != nullptr;
   float ss = 0.f;
   for (int i = lane; i < D; i += 32) {
     const float v = src[i];
@@ -175,22 +200,24 @@ __device__ void rope_row(const qk_rope_store_args& a, int t, int j, float* buf) 
     ss = fmaf(v, v, ss);
   }
   if (!is_v) {
-    if (nw) {  // rms_norm_kernel's arithmetic with one warp per row
+    if (norm) {  // rms_norm_kernel's arithmetic with one warp per row
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
       const float inv = 1.f / sqrtf(ss / static_cast<float>(D) + a.eps);
-      for (int i = lane; i < D; i += 32) buf[i] = buf[i] * inv * nw[i];
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+        if (lane + 32 * k < D) buf[lane + 32 * k] = buf[lane + 32 * k] * inv * p.nw[k];
     }
     __syncwarp();
     const int half = a.rope_dim / 2;  // rope_kernel's arithmetic
-    for (int i = lane; i < half; i += 32) {
-      const double freq = pow(static_cast<double>(a.theta), -2.0 * i / a.rope_dim);
-      const double angle = static_cast<double>(a.pos[t]) * freq;
-      const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int i = lane + 32 * k;
+      if (i >= half) break;
       const int ia = a.neox ? i : 2 * i, ib = a.neox ? i + half : 2 * i + 1;
       const float x0 = buf[ia], x1 = buf[ib];
-      buf[ia] = x0 * c - x1 * s;
-      buf[ib] = x0 * s + x1 * c;
+      buf[ia] = x0 * p.c[k] - x1 * p.s[k];
+      buf[ib] = x0 * p.s[k] + x1 * p.c[k];
     }
     __syncwarp();
     for (int i = lane; i < D; i += 32) row[i] = buf[i];
@@ -208,14 +235,18 @@ __device__ __forceinline__ int64_t cache_at(const qk_rope_store_args& a, int t, 
 template <class E>
 __global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_kernel(qk_rope_store_args a) {
   __shared__ float rows[k_rope_warps][256];
-  pdl_wait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, D = a.head_dim;
   const int per_tok = a.n_head + 2 * a.n_head_kv;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * k_rope_warps + warp;
-  if (r >= static_cast<int64_t>(a.n_tok) * per_tok) return;  // whole warps
+  const bool mine = r < static_cast<int64_t>(a.n_tok) * per_tok;
   const int t = static_cast<int>(r / per_tok), j = static_cast<int>(r % per_tok);
+  rope_prep p;
+  if (mine) prepare_row(a, t, j, p);
+  pdl_wait();
+  pdl_trigger();
+  if (!mine) return;  // whole warps
   float* buf = rows[warp];
-  rope_row(a, t, j, buf);
+  rope_row(a, t, j, p, buf);
   if (j < a.n_head) return;
   E* dst = static_cast<E*>(j >= a.n_head + a.n_head_kv ? a.v_cache : a.k_cache) + cache_at(a, t, j);
   for (int i = lane; i < D; i += 32) {
@@ -234,17 +265,24 @@ __global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_kernel(qk_rop
 __global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_q8_kernel(qk_rope_store_args a, int q_blocks) {
   __shared__ float rows[k_rope_warps][256];
   __shared__ q8_warp_smem q8s[k_rope_warps];
-  pdl_wait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  rope_prep p;
   if (static_cast<int>(blockIdx.x) < q_blocks) {
     const int64_t r = static_cast<int64_t>(blockIdx.x) * k_rope_warps + warp;
-    if (r < static_cast<int64_t>(a.n_tok) * a.n_head)
-      rope_row(a, static_cast<int>(r / a.n_head), static_cast<int>(r % a.n_head), rows[warp]);
+    const bool mine = r < static_cast<int64_t>(a.n_tok) * a.n_head;
+    const int t = static_cast<int>(r / a.n_head), j = static_cast<int>(r % a.n_head);
+    if (mine) prepare_row(a, t, j, p);
+    pdl_wait();
+    pdl_trigger();
+    if (mine) rope_row(a, t, j, p, rows[warp]);
     return;
   }
   const int kv = static_cast<int>(blockIdx.x) - q_blocks;
   const int t = kv / (2 * a.n_head_kv), j = a.n_head + kv % (2 * a.n_head_kv);
-  if (warp == 0) rope_row(a, t, j, rows[0]);
+  if (warp == 0) prepare_row(a, t, j, p);
+  pdl_wait();
+  pdl_trigger();
+  if (warp == 0) rope_row(a, t, j, p, rows[0]);
   __syncthreads();
   auto* dst = static_cast<uint8_t*>(j >= a.n_head + a.n_head_kv ? a.v_cache : a.k_cache) + cache_at(a, t, j) / 32 * 34;
   for (int b = warp; b < a.head_dim / 32; b += k_rope_warps) {
@@ -297,6 +335,11 @@ __global__ void __launch_bounds__(32 * k_warps)
   const int end = min(begin + chunk, n_kv);
   const int32_t* table = a.block_tables + static_cast<int64_t>(a.tok_table[t]) * a.max_blocks;
 
+  // Launched as a programmatic dependent of the q/k RoPE + store kernel: the batch's tables and
+  // positions above came with the step's upload, before any kernel of it; q and the new key
+  // come from that kernel.
+  pdl_wait();
+  pdl_trigger();  // the wo mat-vec may start fetching its weights
   float q[DPL], acc[DPL];
   const float* qrow = a.q + (static_cast<int64_t>(t) * a.n_head + h) * D + lane * DPL;
 #pragma unroll
@@ -402,8 +445,7 @@ cudaError_t launch_paged(const paged_attention_args& a, int n_split, int chunk, 
   const dim3 grid(static_cast<unsigned>(a.n_tok * a.n_head), static_cast<unsigned>(n_split));
   // Partials follow the split counters at the start of work.
   float* part = n_split > 1 ? work + k_split_counters : nullptr;
-  paged_attention_kernel<DPL, T><<<grid, 32 * k_warps, 0, stream>>>(a, n_split, chunk, part);
-  return cudaGetLastError();
+  return launch_pdl(paged_attention_kernel<DPL, T>, grid, dim3(32 * k_warps), stream, a, n_split, chunk, part);
 }
 
 template <class T>
