@@ -9,6 +9,8 @@
 set -uo pipefail
 bin=${BIN:?BIN=directory holding tandem-model and test binaries}
 types=${TYPES:-Q4_K_M Q6_K Q8_0} big=${BIG-qwen3-32b} args=${BENCH_ARGS:--p 512 -n 128 -r 2}
+# The library path first: the makes below start before gpu_tests.sh (which also sets it) runs.
+[[ -d .devdeps ]] && export LD_LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 declare -A made
 for t in $types; do
   "$bin/tandem-model" make --preset qwen3-8b --type "$t" --row-pool 256 -o "/tmp/tandem-8b-$t.gguf" -q &
@@ -20,7 +22,7 @@ if [[ -n "$big" ]]; then
 fi
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_tests.sh"  # environment, GPUs, the GPU test binaries
 "$bin/kernels_matvec_test" --gtest_filter=big.head_bandwidth 2>&1 | grep "^head"
-echo "commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%FT%TZ)"
+echo "$(date -u +%FT%TZ) (the device's git HEAD is the session's base commit, not the tree's)"
 bench() { "$bin/tandem-model" bench -m "$@" 2>&1 | grep -E "^ceilings|^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'; }
 first=1
 for t in $types; do
