@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_q8_kernel(qk_
 // (__ldcg): other blocks wrote the partials during this launch. The splits' (m, l) come in one
 // round trip (lane s of warp 0 loads split s) and each thread's partial-row loads go out eight
 // at a time before they are used: a loop of dependent loads cost two round trips per split
-// (5 us of a 14 us launch at ~550 keys on an H200).
+// (Qwen3-8B shape, decode over 1-2048 keys on an H200: 352 -> 377 tokens/s with this).
 __device__ void combine_splits(const float* part, int64_t head, int pos, int head_dim, int n_split, int chunk,
                                float* out, int8_t* out_q, float2* out_ds) {
   static_assert(k_max_split <= 32, "one lane of warp 0 per split");
