@@ -191,8 +191,10 @@ def test_multiplexed_and_cancel(model):
             check("result" in finals[rid], "request %d: %r" % (rid, finals[rid]))
         check(finals[201]["result"]["cancelled"] is True, "cancel reply: %r" % finals[201])
         check(finals[200]["result"]["finish_reason"] == "cancelled", "cancelled gen: %r" % finals[200])
-        # A duplicate id in flight is refused.
-        c.send({"id": 300, "op": "generate", "prompt": "a", "max_tokens": 50})
+        # A duplicate id in flight is refused. The first request's prompt is long enough that its
+        # prefill outlasts the second send (a one-token prompt could finish, EOS first, before
+        # the duplicate arrives on a busy machine, freeing the id: seen once in CI).
+        c.send({"id": 300, "op": "generate", "prompt": "a b " * 150, "max_tokens": 50})
         c.send({"id": 300, "op": "generate", "prompt": "b", "max_tokens": 5})
         seen = []
         while len(seen) < 2:
