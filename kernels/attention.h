@@ -39,6 +39,10 @@ struct qk_rope_store_args {
   void* v_cache = nullptr;
   ggml_type cache_type = ggml_type::f16;
   const int32_t* slots = nullptr;
+  // Optional: token t's rotations at rot + t * rope_dim, (cos, sin) per pair as the CPU's
+  // rope_rotations gives them. Null: the kernel computes them in double precision, which costs
+  // the decode step microseconds per layer.
+  const float* rot = nullptr;
 };
 cudaError_t launch_qk_rope_store(const qk_rope_store_args& a, cudaStream_t stream);
 

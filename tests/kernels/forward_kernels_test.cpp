@@ -76,12 +76,14 @@ TEST(layer_ops, rms_norm_rope_swiglu) {
 
 // The fused decode step (per-head RMSNorm, RoPE, K/V store) against the CPU's rms_norm and rope
 // (1e-5, as the separate kernels) and, for the stored rows, the CPU's own conversion of the
-// values the kernel produced: f16 / f32 / q8_0 bytes must match exactly.
+// values the kernel produced: f16 / f32 / q8_0 bytes must match exactly. Rotations computed on
+// the GPU and taken from the host's table (rope_rotations, as the decode step passes them).
 TEST(layer_ops, qk_rope_store_matches_cpu) {
   REQUIRE_GPU();
   for (ggml_type ct : {ggml_type::f16, ggml_type::f32, ggml_type::q8_0})
     for (int D : {64, 128})
-      for (bool norm : {false, true}) {
+      for (int mode = 0; mode < 3; ++mode) {  // no norm; norm; norm with the host's rotation table
+        const bool norm = mode > 0, table = mode == 2;
         const int T = 3, Hq = 4, Hkv = 2, rope_dim = D == 64 ? 48 : D, n_slots = 11;
         const bool neox = norm;  // both styles, each with and without the norm
         const auto q = randoms(size_t(T) * Hq * D, 61), k = randoms(size_t(T) * Hkv * D, 62),
@@ -92,15 +94,19 @@ TEST(layer_ops, qk_rope_store_matches_cpu) {
         dev<float> dq(q), dk(k), dv(v), dqn(qn), dkn(kn);
         dev<int32_t> dpos(pos), dslots(slots);
         dev<uint8_t> kc(rb * n_slots), vc(rb * n_slots);
+        std::vector<float> rot(size_t(T) * rope_dim);
+        for (int t = 0; t < T; ++t) rope_rotations(pos[t], rope_dim, 1e6f, rot.data() + size_t(t) * rope_dim);
+        dev<float> drot(rot);
         qk_rope_store_args a;
         a.q = dq.p, a.k = dk.p, a.v = dv.p, a.q_norm = norm ? dqn.p : nullptr, a.k_norm = norm ? dkn.p : nullptr;
         a.eps = 1e-6f, a.pos = dpos.p, a.n_tok = T, a.n_head = Hq, a.n_head_kv = Hkv, a.head_dim = D;
         a.rope_dim = rope_dim, a.theta = 1e6f, a.neox = neox;
         a.k_cache = kc.p, a.v_cache = vc.p, a.cache_type = ct, a.slots = dslots.p;
+        if (table) a.rot = drot.p;
         ASSERT_EQ(launch_qk_rope_store(a, nullptr), cudaSuccess);
         const auto gq = dq.host(), gk = dk.host();
         const auto gkc = kc.host(), gvc = vc.host();
-        const std::string what = std::string(type_name(ct)) + " D " + std::to_string(D) + " norm " + std::to_string(norm);
+        const std::string what = std::string(type_name(ct)) + " D " + std::to_string(D) + " mode " + std::to_string(mode);
         for (int t = 0; t < T; ++t) {
           for (int which = 0; which < 2; ++which) {
             const int H = which == 0 ? Hq : Hkv;

@@ -26,15 +26,28 @@ void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) 
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
 }
 
+namespace {
+
+// The angle in double: positions reach 1e5 and float would lose the low bits of pos * freq.
+void rotation(int32_t pos, int i, int rope_dim, float theta, float& c, float& s) {
+  const double freq = std::pow(static_cast<double>(theta), -2.0 * i / rope_dim);
+  const double angle = pos * freq;
+  c = static_cast<float>(std::cos(angle));
+  s = static_cast<float>(std::sin(angle));
+}
+
+}  // namespace
+
+void rope_rotations(int32_t pos, int rope_dim, float theta, float* cos_sin) {
+  for (int i = 0; i < rope_dim / 2; ++i) rotation(pos, i, rope_dim, theta, cos_sin[2 * i], cos_sin[2 * i + 1]);
+}
+
 void rope(float* x, int n_heads, int head_dim, int rope_dim, int32_t pos, float theta,
           rope_style style) {
   const int half = rope_dim / 2;
   for (int i = 0; i < half; ++i) {
-    // The angle in double: positions reach 1e5 and float would lose the low bits of pos * freq.
-    const double freq = std::pow(static_cast<double>(theta), -2.0 * i / rope_dim);
-    const double angle = pos * freq;
-    const float c = static_cast<float>(std::cos(angle));
-    const float s = static_cast<float>(std::sin(angle));
+    float c = 0.f, s = 0.f;
+    rotation(pos, i, rope_dim, theta, c, s);
     const int a = style == rope_style::normal ? 2 * i : i;
     const int b = style == rope_style::normal ? 2 * i + 1 : i + half;
     for (int h = 0; h < n_heads; ++h) {

@@ -31,6 +31,11 @@ void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps);
 void rope(float* x, int n_heads, int head_dim, int rope_dim, int32_t pos, float theta,
           rope_style style);
 
+// The rotations rope applies at position pos: cos_sin[2i], cos_sin[2i + 1] = cos, sin of pos *
+// theta^(-2i/rope_dim) for i < rope_dim / 2, computed in double as rope does (the GPU's decode
+// step takes them from here rather than spend double-precision time on every layer).
+void rope_rotations(int32_t pos, int rope_dim, float theta, float* cos_sin);
+
 // out = silu(gate) * up
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 

@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <map>
 
+#include "backend/cpu/ops.h"
 #include "backend/cuda/cuda_collective.h"
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_graph_cache.h"
@@ -75,8 +76,10 @@ struct batch_plan {
   int n_tok = 0, n_out = 0, n_tables = 0, max_blocks = 0, paged_max_kv = 0;
   bool any_paged = false;
   std::vector<token_run> runs;  // those that take the GEMM attention path
-  std::vector<int32_t> ints;    // tokens | pos | paged pos | slots | tok table | out idx | tables
+  // tokens | pos | paged pos | slots | tok table | out idx | tables [| RoPE rotations, decode]
+  std::vector<int32_t> ints;
   size_t off_tokens = 0, off_pos = 0, off_paged = 0, off_slots = 0, off_table = 0, off_out = 0, off_tables = 0;
+  size_t off_rot = 0;  // 0: none (float pairs, rope_dim per token, stored bitwise in ints)
 };
 
 class cuda_backend final : public cuda_stage {
@@ -411,6 +414,19 @@ void cuda_backend::make_plan(const batch& b, const kv_cache& cache) {
   // Only sizes the attention split (each token's own length comes from its position): rounded up
   // for the same reason as max_blocks.
   p.paged_max_kv = (p.paged_max_kv + k_kv_bucket - 1) / k_kv_bucket * k_kv_bucket;
+  // Decode steps take their RoPE rotations from here: the kernels would spend microseconds of
+  // double-precision arithmetic on them in every layer.
+  p.off_rot = 0;
+  if (T <= k_matvec_max_tokens) {
+    const int rd = static_cast<int>(hp_.rope_dim);
+    p.off_rot = (p.ints.size() + 1) / 2 * 2;  // float2-aligned
+    p.ints.resize(p.off_rot + size_t(T) * rd, 0);
+    std::vector<float> cs(static_cast<size_t>(rd));
+    for (int t = 0; t < T; ++t) {
+      rope_rotations(b.positions[t], rd, hp_.rope_theta, cs.data());
+      std::memcpy(p.ints.data() + p.off_rot + size_t(t) * rd, cs.data(), cs.size() * sizeof(float));
+    }
+  }
 }
 
 status cuda_backend::ensure_scratch(int n) {
@@ -582,6 +598,7 @@ status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
     a.rope_dim = int(hp.rope_dim), a.theta = hp.rope_theta, a.neox = neox;
     a.k_cache = cache.k_layer(il), a.v_cache = cache.v_layer(il), a.cache_type = cache.config().type;
     a.slots = dev_ints(plan_.off_slots);
+    a.rot = reinterpret_cast<const float*>(dev_ints(plan_.off_rot));
     TANDEM_CUDA_TRY(launch_qk_rope_store(a, s));
   } else {
     if (L.q_norm) {
