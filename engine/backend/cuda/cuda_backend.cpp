@@ -9,9 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
-#include <map>
 
-#include "backend/cpu/ops.h"
+#include "backend/cuda/cuda_batch_plan.h"
 #include "backend/cuda/cuda_collective.h"
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_graph_cache.h"
@@ -27,11 +26,8 @@
 namespace tandem {
 namespace {
 
-constexpr int k_gemm_attention_min = 16;          // a run this long takes the cuBLAS attention path
 constexpr size_t k_attention_budget = 256ull << 20;  // scores + probabilities of one GEMM chunk
 constexpr int64_t k_weight_tile_elems = 64ll << 20;  // fp16 weight elements dequantized at once
-constexpr int k_block_bucket = 32;                  // block-table width rounding (graph reuse)
-constexpr int k_kv_bucket = 256;                    // attention split sizing rounding (graph reuse)
 
 // K and V in device memory: [layer][slot][kv head][head_dim] of f16 or f32, or for q8_0 each
 // slot's n_head_kv·head_dim values as blocks of 32 (34 bytes each), as the CPU cache stores them.
@@ -64,22 +60,6 @@ class cuda_kv_cache final : public kv_cache {
   uint64_t layer_bytes_;
   uint32_t layer_begin_, n_layer_;
   device_buffer k_, v_;
-};
-
-// A stretch of consecutive batch tokens of one sequence at consecutive positions.
-struct token_run {
-  int t0 = 0, n = 0, table = 0, pos0 = 0;
-};
-
-// Host-side description of one batch, packed for a single upload.
-struct batch_plan {
-  int n_tok = 0, n_out = 0, n_tables = 0, max_blocks = 0, paged_max_kv = 0;
-  bool any_paged = false;
-  std::vector<token_run> runs;  // those that take the GEMM attention path
-  // tokens | pos | paged pos | slots | tok table | out idx | tables [| RoPE rotations, decode]
-  std::vector<int32_t> ints;
-  size_t off_tokens = 0, off_pos = 0, off_paged = 0, off_slots = 0, off_table = 0, off_out = 0, off_tables = 0;
-  size_t off_rot = 0;  // 0: none (float pairs, rope_dim per token, stored bitwise in ints)
 };
 
 class cuda_backend final : public cuda_stage {
@@ -176,7 +156,6 @@ class cuda_backend final : public cuda_stage {
   status launch_step(cuda_kv_cache& cache, bool argmax);
   status enqueue(cuda_kv_cache& cache, bool argmax);
   graph_key step_key(const cuda_kv_cache& cache, bool argmax) const;
-  void make_plan(const batch& b, const kv_cache& cache);
   status ensure_scratch(int n_tok);
   status layer(uint32_t il, cuda_kv_cache& cache);
   status attention_block(uint32_t il, cuda_kv_cache& cache);
@@ -281,7 +260,7 @@ status cuda_backend::copy_out(std::vector<float>* logits, std::vector<int32_t>* 
 }
 
 status cuda_backend::prepare(const batch& b, const kv_cache& book) {
-  make_plan(b, book);
+  plan_batch(b, book, hp_, plan_);
   // Everything the step touches is allocated before it is enqueued, so a capture never allocates.
   TANDEM_TRY(ensure_scratch(plan_.n_tok));
   const size_t int_bytes = plan_.ints.size() * sizeof(int32_t);
@@ -354,79 +333,6 @@ status cuda_backend::enqueue(cuda_kv_cache& cache, bool argmax) {
   if (argmax)
     TANDEM_CUDA_TRY(launch_argmax(logits_.get<float>(), n_out, hp.n_vocab, ids_.get<int32_t>(), s));
   return mark("argmax");
-}
-
-void cuda_backend::make_plan(const batch& b, const kv_cache& cache) {
-  batch_plan& p = plan_;
-  const int T = static_cast<int>(b.size());
-  const uint32_t bs = cache.config().block_size;
-  p.n_tok = T;
-  p.n_out = static_cast<int>(b.n_logits());
-  std::map<int32_t, int> table_of;  // sequence -> table row
-  std::vector<int32_t> seqs;
-  for (int t = 0; t < T; ++t)
-    if (table_of.try_emplace(b.seq_ids[t], static_cast<int>(seqs.size())).second) seqs.push_back(b.seq_ids[t]);
-  p.n_tables = static_cast<int>(seqs.size());
-  p.max_blocks = 1;
-  for (int32_t seq : seqs) p.max_blocks = std::max<int>(p.max_blocks, (cache.length(seq) + bs - 1) / bs);
-  // Rounded up (unused entries stay 0) so that consecutive decode steps share a graph.
-  p.max_blocks = (p.max_blocks + k_block_bucket - 1) / k_block_bucket * k_block_bucket;
-
-  p.off_tokens = 0;
-  p.off_pos = p.off_tokens + T;
-  p.off_paged = p.off_pos + T;
-  p.off_slots = p.off_paged + T;
-  p.off_table = p.off_slots + T;
-  p.off_out = p.off_table + T;
-  p.off_tables = p.off_out + p.n_out;
-  p.ints.assign(p.off_tables + size_t(p.n_tables) * p.max_blocks, 0);
-  int32_t* ints = p.ints.data();
-  int n_out = 0;
-  for (int t = 0; t < T; ++t) {
-    const int32_t seq = b.seq_ids[t], pos = b.positions[t];
-    ints[p.off_tokens + t] = b.tokens[t];
-    ints[p.off_pos + t] = pos;
-    ints[p.off_paged + t] = pos;
-    ints[p.off_slots + t] = static_cast<int32_t>(cache.slot(seq, uint32_t(pos)));
-    ints[p.off_table + t] = table_of[seq];
-    if (b.want_logits[t]) ints[p.off_out + n_out++] = t;
-  }
-  for (int i = 0; i < p.n_tables; ++i) {
-    const uint32_t len = cache.length(seqs[i]);
-    for (uint32_t k = 0; k * bs < len; ++k)
-      ints[p.off_tables + size_t(i) * p.max_blocks + k] = static_cast<int32_t>(cache.slot(seqs[i], k * bs) / bs);
-  }
-  // Long runs go to the GEMM attention path; their tokens are masked out of the paged kernel.
-  p.runs.clear();
-  for (int t = 0; t < T;) {
-    int e = t + 1;
-    while (e < T && b.seq_ids[e] == b.seq_ids[t] && b.positions[e] == b.positions[e - 1] + 1) ++e;
-    if (e - t >= k_gemm_attention_min) {
-      p.runs.push_back({t, e - t, table_of[b.seq_ids[t]], b.positions[t]});
-      for (int i = t; i < e; ++i) ints[p.off_paged + i] = -1;
-    }
-    t = e;
-  }
-  p.any_paged = false;
-  p.paged_max_kv = 0;
-  for (int t = 0; t < T; ++t)
-    if (ints[p.off_paged + t] >= 0) p.any_paged = true, p.paged_max_kv = std::max(p.paged_max_kv, b.positions[t] + 1);
-  // Only sizes the attention split (each token's own length comes from its position): rounded up
-  // for the same reason as max_blocks.
-  p.paged_max_kv = (p.paged_max_kv + k_kv_bucket - 1) / k_kv_bucket * k_kv_bucket;
-  // Decode steps take their RoPE rotations from here: the kernels would spend microseconds of
-  // double-precision arithmetic on them in every layer.
-  p.off_rot = 0;
-  if (T <= k_matvec_max_tokens) {
-    const int rd = static_cast<int>(hp_.rope_dim);
-    p.off_rot = (p.ints.size() + 1) / 2 * 2;  // float2-aligned
-    p.ints.resize(p.off_rot + size_t(T) * rd, 0);
-    std::vector<float> cs(static_cast<size_t>(rd));
-    for (int t = 0; t < T; ++t) {
-      rope_rotations(b.positions[t], rd, hp_.rope_theta, cs.data());
-      std::memcpy(p.ints.data() + p.off_rot + size_t(t) * rd, cs.data(), cs.size() * sizeof(float));
-    }
-  }
 }
 
 status cuda_backend::ensure_scratch(int n) {
