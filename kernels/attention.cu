@@ -2,13 +2,14 @@
 // (token, head, split), each warp walking keys in runs of four with an online softmax, lanes
 // holding head_dim/32 dims; the last split of a head to finish merges the partials (one launch).
 // Prefill helpers feed cuBLAS GEMMs (see attention.h). Q8_0 rows are quantized on the GPU exactly
-// as the CPU's quantize_row.
+// as the CPU's quantize_kv_row.
 #include "kernels/attention.h"
 
 #include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <cstdlib>
 
 #include "kernels/matvec_x.cuh"
@@ -103,7 +104,6 @@ __device__ __forceinline__ void load_kv<8, q8_row>(const void* c, int64_t row, i
   load_kv_q8<8>(c, row, lane, o);
 }
 
-using kvq::q8_warp_smem;
 using kvq::quantize_q8_0_thread;
 using kvq::quantize_q8_0_warp;
 
@@ -128,7 +128,6 @@ constexpr int k_q8_store_warps = 4;
 __global__ void __launch_bounds__(32 * k_q8_store_warps)
     store_kv_q8_0_kernel(const float* __restrict__ k, const float* __restrict__ v, uint8_t* kc, uint8_t* vc,
                          const int32_t* __restrict__ slots, int n_tok, int row_elems) {
-  __shared__ q8_warp_smem smem[k_q8_store_warps];
   const int nb = row_elems / 32;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * k_q8_store_warps + threadIdx.x / 32;
   if (g >= static_cast<int64_t>(n_tok) * 2 * nb) return;  // whole warps exit together
@@ -136,8 +135,7 @@ __global__ void __launch_bounds__(32 * k_q8_store_warps)
   const bool is_v = r >= nb;
   const int b = is_v ? r - nb : r;
   const float x = (is_v ? v : k)[static_cast<int64_t>(t) * row_elems + b * 32 + threadIdx.x % 32];
-  uint8_t* dst = (is_v ? vc : kc) + (static_cast<int64_t>(slots[t]) * nb + b) * 34;
-  quantize_q8_0_warp(x, smem[threadIdx.x / 32], dst);
+  quantize_q8_0_warp(x, (is_v ? vc : kc) + (static_cast<int64_t>(slots[t]) * nb + b) * 34);
 }
 
 template <class T>
@@ -239,7 +237,8 @@ __device__ __forceinline__ int64_t cache_at(const qk_rope_store_args& a, int t, 
   return (static_cast<int64_t>(a.slots[t]) * a.n_head_kv + hk) * a.head_dim;
 }
 
-// f16 / f32 caches: one warp per (token, row), rows as rope_row numbers them.
+// One warp per (token, row), rows as rope_row numbers them; E: the cache's element (uint16_t for
+// f16, float, or q8_row for q8_0 blocks, which the warp fits one after another).
 template <class E>
 __global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_kernel(qk_rope_store_args a) {
   __shared__ float rows[k_rope_warps][256];
@@ -256,46 +255,19 @@ __global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_kernel(qk_rop
   float* buf = rows[warp];
   rope_row(a, t, j, p, buf);
   if (j < a.n_head) return;
-  E* dst = static_cast<E*>(j >= a.n_head + a.n_head_kv ? a.v_cache : a.k_cache) + cache_at(a, t, j);
-  for (int i = lane; i < D; i += 32) {
-    if constexpr (sizeof(E) == 2)
-      dst[i] = float_to_fp16(buf[i]);
-    else
-      dst[i] = buf[i];
-  }
-}
-
-// Q8_0 cache: the exact fit takes a warp microseconds per 32-value block (40 candidate scales,
-// serial scans), and a decode step waits for its slowest row, so each k or v row gets a block of
-// its own whose warps fit its blocks in parallel (one warp fitting a 128-wide row's four blocks in
-// turn cost the Q4_K_M 8B model 0.66 ms per token). Blocks [0, q_blocks): q rows, one per warp;
-// then one block per (token, k or v row).
-__global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_q8_kernel(qk_rope_store_args a, int q_blocks) {
-  __shared__ float rows[k_rope_warps][256];
-  __shared__ q8_warp_smem q8s[k_rope_warps];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  rope_prep p;
-  if (static_cast<int>(blockIdx.x) < q_blocks) {
-    const int64_t r = static_cast<int64_t>(blockIdx.x) * k_rope_warps + warp;
-    const bool mine = r < static_cast<int64_t>(a.n_tok) * a.n_head;
-    const int t = static_cast<int>(r / a.n_head), j = static_cast<int>(r % a.n_head);
-    if (mine) prepare_row(a, t, j, p);
-    pdl_wait();
-    pdl_trigger();
-    if (mine) rope_row(a, t, j, p, rows[warp]);
+  void* cache = j >= a.n_head + a.n_head_kv ? a.v_cache : a.k_cache;
+  if constexpr (std::is_same_v<E, q8_row>) {
+    uint8_t* dst = static_cast<uint8_t*>(cache) + cache_at(a, t, j) / 32 * 34;
+    for (int b = 0; b < D / 32; ++b) quantize_q8_0_warp(buf[32 * b + lane], dst + 34 * b);
     return;
-  }
-  const int kv = static_cast<int>(blockIdx.x) - q_blocks;
-  const int t = kv / (2 * a.n_head_kv), j = a.n_head + kv % (2 * a.n_head_kv);
-  if (warp == 0) prepare_row(a, t, j, p);
-  pdl_wait();
-  pdl_trigger();
-  if (warp == 0) rope_row(a, t, j, p, rows[0]);
-  __syncthreads();
-  auto* dst = static_cast<uint8_t*>(j >= a.n_head + a.n_head_kv ? a.v_cache : a.k_cache) + cache_at(a, t, j) / 32 * 34;
-  for (int b = warp; b < a.head_dim / 32; b += k_rope_warps) {
-    quantize_q8_0_warp(rows[0][32 * b + lane], q8s[warp], dst + 34 * b);
-    __syncwarp();  // q8s[warp] is reused by the warp's next block
+  } else {
+    E* dst = static_cast<E*>(cache) + cache_at(a, t, j);
+    for (int i = lane; i < D; i += 32) {
+      if constexpr (sizeof(E) == 2)
+        dst[i] = float_to_fp16(buf[i]);
+      else
+        dst[i] = buf[i];
+    }
   }
 }
 
@@ -601,13 +573,7 @@ cudaError_t launch_qk_rope_store(const qk_rope_store_args& a, cudaStream_t strea
   const dim3 grid(static_cast<unsigned>((rows + k_rope_warps - 1) / k_rope_warps)), block(32 * k_rope_warps);
   if (a.cache_type == ggml_type::f16) return launch_pdl(qk_rope_store_kernel<uint16_t>, grid, block, stream, a);
   if (a.cache_type == ggml_type::f32) return launch_pdl(qk_rope_store_kernel<float>, grid, block, stream, a);
-  if (a.cache_type == ggml_type::q8_0) {
-    const int64_t q_blocks = (static_cast<int64_t>(a.n_tok) * a.n_head + k_rope_warps - 1) / k_rope_warps;
-    const int64_t blocks = q_blocks + static_cast<int64_t>(a.n_tok) * 2 * a.n_head_kv;
-    if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-    return launch_pdl(qk_rope_store_q8_kernel, dim3(static_cast<unsigned>(blocks)), block, stream, a,
-                      static_cast<int>(q_blocks));
-  }
+  if (a.cache_type == ggml_type::q8_0) return launch_pdl(qk_rope_store_kernel<q8_row>, grid, block, stream, a);
   return cudaErrorInvalidValue;
 }
 

@@ -14,7 +14,7 @@ namespace tandem {
 
 // Writes n_tok rows of row_elems floats from k and v into slot slots[t] of the layer's caches
 // (layout [slot][row_elems], element type f16 or f32; or q8_0: row_elems % 32 == 0, each row
-// row_elems / 32 blocks of 34 bytes, the same bytes as quantize_row(q8_0) on the CPU).
+// row_elems / 32 blocks of 34 bytes, the same bytes as quantize_kv_row(q8_0) on the CPU).
 cudaError_t launch_store_kv(const float* k, const float* v, void* k_cache, void* v_cache, ggml_type cache_type,
                             const int32_t* slots, int n_tok, int row_elems, cudaStream_t stream);
 

@@ -30,7 +30,7 @@ def blocks_per_sm(regs, threads):
 # Threads per block of each kernel family (the launchers' constants; the mat-vec's is its last
 # template argument).
 THREADS = {"matvec_kernel": None, "rms_norm_wide_kernel": 256, "paged_attention_kernel": 128,
-           "qk_rope_store_kernel": 128, "qk_rope_store_q8_kernel": 128}
+           "qk_rope_store_kernel": 128}
 
 
 def threads_of(key):

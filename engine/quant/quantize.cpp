@@ -160,4 +160,8 @@ void quantize_row(ggml_type t, const float* src, void* dst, int64_t n) {
   quant_detail::quantize_row_with(t, src, dst, n, /*search=*/true);
 }
 
+void quantize_kv_row(ggml_type t, const float* src, void* dst, int64_t n) {
+  quant_detail::quantize_row_with(t, src, dst, n, /*search=*/false);
+}
+
 }  // namespace tandem

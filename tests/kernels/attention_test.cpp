@@ -1,5 +1,5 @@
 // KV cache kernels on a Q8_0 (and f16) cache against the CPU reference on random inputs: the
-// stored bytes equal quantize_row's, paged attention matches attend_head, the fp16 gather matches
+// stored bytes equal quantize_kv_row's, paged attention matches attend_head, the fp16 gather matches
 // dequantize_row. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
@@ -46,10 +46,10 @@ std::vector<float> kv_values(size_t n, uint32_t seed) {
   return v;
 }
 
-// Rows quantized on the GPU into shuffled slots are quantize_row's bytes exactly (Q8_0: the same
-// scale search, same rounding); f16 likewise. 150 rows of 1024 are 9600 blocks (the thread-per-
+// Rows quantized on the GPU into shuffled slots are quantize_kv_row's bytes exactly (Q8_0: the same
+// scale from the largest magnitude, first on ties, same rounding); f16 likewise. 150 rows of 1024 are 9600 blocks (the thread-per-
 // block kernel), rows of 64 and 512 take the warp-per-block one.
-TEST(kv_store, bytes_equal_cpu_quantize_row) {
+TEST(kv_store, bytes_equal_cpu_quantize_kv_row) {
   REQUIRE_GPU();
   const int n_tok = 150, n_slots = 400;
   for (int row_elems : {1024, 64, 256 * 2}) {
@@ -70,11 +70,11 @@ TEST(kv_store, bytes_equal_cpu_quantize_row) {
       int bad = 0;
       for (int i = 0; i < n_tok; ++i) {
         for (int side = 0; side < 2; ++side) {
-          quantize_row(t, (side ? v : k).data() + size_t(i) * row_elems, ref.data(), row_elems);
+          quantize_kv_row(t, (side ? v : k).data() + size_t(i) * row_elems, ref.data(), row_elems);
           const uint8_t* got = (side ? gv : gk).data() + size_t(slots[i]) * rb;
           if (std::memcmp(got, ref.data(), rb) != 0 && ++bad <= 3)
             ADD_FAILURE() << type_name(t) << " row_elems " << row_elems << " token " << i << (side ? " V" : " K")
-                          << " differs from quantize_row";
+                          << " differs from quantize_kv_row";
         }
       }
       EXPECT_EQ(bad, 0);
@@ -109,8 +109,8 @@ paged_cache make_cache(ggml_type t, int D, uint32_t seed) {
   c.k.resize(rows * c.rb);
   c.v.resize(rows * c.rb);
   for (size_t r = 0; r < rows; ++r) {
-    quantize_row(t, kf.data() + r * D, c.k.data() + r * c.rb, D);
-    quantize_row(t, vf.data() + r * D, c.v.data() + r * c.rb, D);
+    quantize_kv_row(t, kf.data() + r * D, c.k.data() + r * c.rb, D);
+    quantize_kv_row(t, vf.data() + r * D, c.v.data() + r * c.rb, D);
   }
   return c;
 }

@@ -124,7 +124,7 @@ TEST(layer_ops, qk_rope_store_matches_cpu) {
           std::vector<uint8_t> want(rb);
           for (int which = 0; which < 2; ++which) {
             const float* row = (which == 0 ? gk.data() : v.data()) + size_t(t) * Hkv * D;
-            quantize_row(ct, row, want.data(), int64_t(Hkv) * D);
+            quantize_kv_row(ct, row, want.data(), int64_t(Hkv) * D);
             const auto& cache = which == 0 ? gkc : gvc;
             for (uint64_t b = 0; b < rb; ++b)
               ASSERT_EQ(cache[slots[t] * rb + b], want[b]) << what << (which ? " v" : " k") << " t " << t << " byte " << b;

@@ -163,8 +163,8 @@ void cpu_backend::run_layer(uint32_t il, const batch& b, cpu_kv_cache& cache) {
     const uint32_t slot = cache.slot(b.seq_ids[t], uint32_t(b.positions[t]));
     const ggml_type kt = cache.config().type;
     for (uint32_t h = 0; h < hp.n_head_kv; ++h) {
-      quantize_row(kt, k + h * D, cache.k_row(il, slot, h), D);
-      quantize_row(kt, v + h * D, cache.v_row(il, slot, h), D);
+      quantize_kv_row(kt, k + h * D, cache.k_row(il, slot, h), D);
+      quantize_kv_row(kt, v + h * D, cache.v_row(il, slot, h), D);
     }
   }
   attention(il, b, cache);

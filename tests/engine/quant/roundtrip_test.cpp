@@ -180,6 +180,31 @@ TEST(Roundtrip, ElementwiseBounds) {
   }
 }
 
+// The KV cache's q8_0 writer: each block's scale is the fp16 of v / -128 for its value v of largest
+// magnitude (the first one on ties); every value is within half a step of its level, except at
+// the end levels (v itself, and values of the other sign near |v|, which clip at 127).
+TEST(Roundtrip, KvRowQ8FromLargestMagnitude) {
+  auto x = make_data(dist::heavy, 77);
+  x[40] = 1000.f, x[50] = -1000.f;  // a tie in block 1: the first (+1000) sets the sign
+  std::vector<tandem::block_q8_0> q(k_cols / 32);
+  std::vector<float> y(k_cols);
+  tandem::quantize_kv_row(ggml_type::q8_0, x.data(), q.data(), k_cols);
+  tandem::dequantize_row(ggml_type::q8_0, q.data(), y.data(), k_cols);
+  for (int64_t b = 0; b < k_cols / 32; ++b) {
+    float vmax = 0.f;
+    for (int i = 0; i < 32; ++i)
+      if (std::fabs(x[b * 32 + i]) > std::fabs(vmax)) vmax = x[b * 32 + i];
+    ASSERT_EQ(q[size_t(b)].d, tandem::fp32_to_fp16(vmax / -128.f)) << "block " << b;
+    const float d = std::fabs(tandem::fp16_to_fp32(q[size_t(b)].d));
+    for (int i = 0; i < 32; ++i) {
+      const int level = q[size_t(b)].qs[i];
+      const float tol = (level == -128 || level == 127 ? d : 0.5f * d) * 1.0001f;
+      ASSERT_LE(std::fabs(x[b * 32 + i] - y[b * 32 + i]), tol) << "block " << b << " value " << i;
+    }
+  }
+  EXPECT_LT(tandem::fp16_to_fp32(q[1].d), 0.f);  // +1000 first: d = -1000/128
+}
+
 // Degenerate rows: zeros decode to zeros, constant rows and one-outlier rows stay finite and close.
 TEST(Roundtrip, DegenerateRows) {
   for (const bound& b : k_bounds) {
