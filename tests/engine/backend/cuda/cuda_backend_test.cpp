@@ -196,9 +196,9 @@ TEST(cuda_backend, f32_cache_and_errors) {
   EXPECT_GT(f.gpu->load_stats().bytes, 0u);
 }
 
-// A Q8_0 KV cache on both backends. The GPU quantizes K/V rows to the CPU's quantize_row bytes,
+// A Q8_0 KV cache on both backends. The GPU quantizes K/V rows to the CPU's quantize_kv_row bytes,
 // but its K/V floats differ from the CPU's in the last bits, so now and then a value rounds to the
-// neighbouring level (or a block's scale search picks another candidate): 5e-3 relative on the
+// neighbouring level (or a block's largest value, and with it the scale, differs): 5e-3 relative on the
 // float32 mat-vec path instead of 1e-4 (2.5e-3 seen on the H200), or the int8 tolerance of
 // matvec_tol for quantized weights; GEMM batches keep 1e-2.
 class cuda_vs_cpu_q8_cache : public ::testing::TestWithParam<param> {};
