@@ -100,9 +100,13 @@ __device__ __forceinline__ void load_pieces(const uint8_t* const (&wrow)[R], con
 // current ones are used, so every thread keeps loads in flight through the dot products and the
 // reduction. Up to NT tokens (n_tok <= NT). With Pairs, x rows 2t and 2t + 1 (an int8 copy and
 // its residual's) add up into output token t.
-template <class Q, int NT, int R, int TB, bool Pairs>
-__global__ void __launch_bounds__(TB)
+template <class Q, int NT, int R, int TB, bool Pairs, int WPB = 1>
+__global__ void __launch_bounds__(TB * WPB)
     matvec_kernel(jobs jb, int n_blocks, int64_t row_bytes, x_view xs, int n_tok, bool add) {
+  static_assert(WPB == 1 || TB == 32, "independent warps per block only for one-warp groups");
+  // WPB > 1: each warp of the block is a persistent walker of its own (virtual block blockIdx.x WPB +
+  // warp of gridDim.x WPB); fewer, larger blocks for the same warps.
+  const unsigned tid = WPB > 1 ? threadIdx.x % 32 : threadIdx.x;
   constexpr int k_warps = TB / 32;
   using W = typename Q::raw;
   const int64_t total = jb.n == 1 ? jb.row_end[0] : jb.n == 2 ? jb.row_end[1] : jb.row_end[2];
@@ -112,33 +116,33 @@ __global__ void __launch_bounds__(TB)
   __shared__ float part[2][k_warps][R * NT];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  int64_t g = blockIdx.x;
+  int64_t g = WPB > 1 ? blockIdx.x * WPB + threadIdx.x / 32 : blockIdx.x;
   const uint8_t* wrow[R];
   const uint8_t* wend[R];
   group_rows(jb, g, total, row_bytes, wrow, wend);
   W cur[R];
-  load_pieces<Q, R>(wrow, wend, threadIdx.x, n_pieces, cur);
+  load_pieces<Q, R>(wrow, wend, tid, n_pieces, cur);
   // Launched as a programmatic dependent of the previous kernel (the x quantization or producer):
   // weights need not wait for it, x (and y, for add) must.
   pdl_wait();
-  for (int buf = 0; g < n_groups; g += gridDim.x, buf ^= 1) {
+  for (int buf = 0; g < n_groups; g += gridDim.x * WPB, buf ^= 1) {
     // In its last group a block lets the next launch (a mat-vec of another type, say) start
     // fetching its own weights.
-    if (g + gridDim.x >= n_groups) pdl_trigger();
+    if (g + gridDim.x * WPB >= n_groups) pdl_trigger();
     float acc[R][NT];
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
-    const int64_t next = g + gridDim.x;
+    const int64_t next = g + gridDim.x * WPB;
     for (int i = 0; i < n_iter; ++i) {
-      const int p = threadIdx.x + i * TB;
+      const int p = tid + i * TB;
       W nxt[R];
       if (i + 1 < n_iter) {
         load_pieces<Q, R>(wrow, wend, p + TB, n_pieces, nxt);
       } else if (next < n_groups) {
         group_rows(jb, next, total, row_bytes, wrow, wend);
-        load_pieces<Q, R>(wrow, wend, threadIdx.x, n_pieces, nxt);
+        load_pieces<Q, R>(wrow, wend, tid, n_pieces, nxt);
       }
       if (p < n_pieces) {
         const int b = p / Q::ppb, k = p % Q::ppb;
@@ -172,8 +176,8 @@ __global__ void __launch_bounds__(TB)
         if (k_warps > 1 && lane == 0) part[buf][warp][r * NT + t] = v;
       }
     if (k_warps > 1) __syncthreads();
-    if (threadIdx.x < R * NT) {
-      const int r = threadIdx.x / NT, t = threadIdx.x % NT;
+    if (tid < R * NT) {
+      const int r = tid / NT, t = tid % NT;
       if (t < n_tok && (!Pairs || t % 2 == 0) && g * R + r < total) {
         float v = mine;
         if (k_warps > 1) {
@@ -198,10 +202,10 @@ struct device_facts {
 // Cached per device and per kernel: the template's arguments are the kernel's own (every mat-vec
 // kernel has the same function type, so a cache keyed by that type would hand the first
 // kernel's block count to all of them).
-template <class Q, int NT, int R, int TB, bool Pairs>
+template <class Q, int NT, int R, int TB, bool Pairs, int W = 1>
 cudaError_t facts_of(device_facts& f) {
-  const auto kernel = matvec_kernel<Q, NT, R, TB, Pairs>;
-  const int threads = TB;
+  const auto kernel = matvec_kernel<Q, NT, R, TB, Pairs, W>;
+  const int threads = TB * W;
   constexpr int k_max_devices = 64;
   static std::atomic<int> cache[k_max_devices];  // resident * 2 + pdl, 0 = not known yet
   int dev = 0;
@@ -223,27 +227,49 @@ cudaError_t facts_of(device_facts& f) {
   return cudaSuccess;
 }
 
-// On sm_90 the kernel starts as a programmatic dependent of the previous launch on the stream
-// (its first weight loads overlap that kernel's tail; it waits before reading x or touching y).
-template <class Q, int NT, int R, int TB, bool Pairs = false>
-cudaError_t launch_rows(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool add, cudaStream_t s) {
-  const auto kernel = matvec_kernel<Q, NT, R, TB, Pairs>;
+// W walkers of one row group each per block (TB == 32), as many blocks as fit (or one walker per
+// group, to measure). On sm_90 the kernel starts as a programmatic dependent of the previous
+// launch on the stream (its first weight loads overlap that kernel's tail; it waits before
+// reading x or touching y).
+template <class Q, int NT, int R, int TB, bool Pairs, int W>
+cudaError_t launch_rows_w(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool add, cudaStream_t s) {
+  const auto kernel = matvec_kernel<Q, NT, R, TB, Pairs, W>;
   device_facts f;
-  const cudaError_t e = facts_of<Q, NT, R, TB, Pairs>(f);
+  const cudaError_t e = facts_of<Q, NT, R, TB, Pairs, W>(f);
   if (e != cudaSuccess) return e;
   const int64_t groups = (jb.row_end[jb.n - 1] + R - 1) / R;
-  const auto grid = static_cast<unsigned>(g_tuning.block_per_group ? std::min<int64_t>(groups, 0x7fffffff)
-                                                                     : std::min<int64_t>(groups, f.resident));
+  const int64_t blocks = (groups + W - 1) / W;
+  const auto grid = static_cast<unsigned>(g_tuning.block_per_group ? std::min<int64_t>(blocks, 0x7fffffff)
+                                                                     : std::min<int64_t>(blocks, f.resident));
   const int64_t row_bytes = static_cast<int64_t>(n_blocks) * sizeof(typename Q::block);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(TB);
+  cfg.blockDim = dim3(TB * W);
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   if (f.pdl && pdl_supported() && !g_tuning.no_pdl) cfg.attrs = attr, cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, jb, n_blocks, row_bytes, xs, n_tok, add);
+}
+
+// One-token row groups of one warp run four to a block (independent warps) for the types where
+// that measured faster in the model on an H200 (tg128, Qwen3-8B shapes): Q4_0 +2.8%, Q8_0 +2.4%,
+// Q4_K +0.4%. Q5_K lost 0.5%, and every type lost 12-18% at 8 tokens, so the rest keep one warp
+// per block (ptxas allocates registers differently for the 128-thread blocks).
+template <class Q>
+constexpr int one_token_warps = 1;
+template <>
+constexpr int one_token_warps<mq_q4_0> = 4;
+template <>
+constexpr int one_token_warps<mq_q8_0> = 4;
+template <>
+constexpr int one_token_warps<mq_q4_k> = 4;
+
+template <class Q, int NT, int R, int TB, bool Pairs = false>
+cudaError_t launch_rows(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool add, cudaStream_t s) {
+  constexpr int W = TB == 32 && NT == 1 && !Pairs ? one_token_warps<Q> : 1;
+  return launch_rows_w<Q, NT, R, TB, Pairs, W>(jb, n_blocks, xs, n_tok, add, s);
 }
 
 // Rows per group, measured per type on an H200 (kernels_matvec_test big.matvec_bandwidth): more

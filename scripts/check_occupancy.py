@@ -27,17 +27,18 @@ def blocks_per_sm(regs, threads):
     return min(MAX_BLOCKS, REGS_PER_SM // (per_warp * warps))
 
 
-# Threads per block of each kernel family (the launchers' constants; the mat-vec's is its last
-# template argument).
+# Threads per block of each kernel family (the launchers' constants; the mat-vec's is the product
+# of its last two integer template arguments).
 THREADS = {"matvec_kernel": None, "rms_norm_wide_kernel": 256, "paged_attention_kernel": 128,
            "qk_rope_store_kernel": 128}
 
 
 def threads_of(key):
-    """Threads per block of a kernel key: the mat-vec's last template argument, else THREADS."""
+    """Threads per block of a kernel key: for the mat-vec TB times its warps per block, else THREADS."""
     family = key.split("<")[0]
-    if family == "matvec_kernel":
-        return int(re.findall(r"Li(\d+)E", key)[-1])
+    if family == "matvec_kernel":  # <Q, NT, R, TB, Pairs, warps per block>: TB * warps
+        nums = re.findall(r"Li(\d+)E", key)
+        return int(nums[-2]) * int(nums[-1])
     return THREADS[family]
 
 
