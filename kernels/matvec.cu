@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/matvec_fx.cuh"
 #include "kernels/matvec_types.cuh"
@@ -253,22 +254,26 @@ cudaError_t launch_rows_w(const jobs& jb, int n_blocks, x_view xs, int n_tok, bo
   return cudaLaunchKernelEx(&cfg, kernel, jb, n_blocks, row_bytes, xs, n_tok, add);
 }
 
-// One-token row groups of one warp run four to a block (independent warps) for the types where
-// that measured faster in the model on an H200 (tg128, Qwen3-8B shapes): Q4_0 +2.8%, Q8_0 +2.4%,
-// Q4_K +0.4%. Q5_K lost 0.5%, and every type lost 12-18% at 8 tokens, so the rest keep one warp
-// per block (ptxas allocates registers differently for the 128-thread blocks).
+// Block shape per type, measured on an H200. threads: one warp per row group (no shared memory,
+// no __syncthreads, each warp on its own rows) beat four warps sharing a group by 5-30% for the
+// int8-x types; F32/F16 and Q6_K keep four. one_token_warps: for one token, one-warp row groups
+// run that many to a block (independent warps) where it measured faster in the model (tg128,
+// Qwen3-8B shapes): Q4_0 +2.8%, Q8_0 +2.4%, Q4_K +0.4%; Q5_K lost 0.5%, and every type lost
+// 12-18% at 8 tokens (ptxas allocates registers differently for the 128-thread blocks).
+struct block_shape {
+  int threads, one_token_warps;
+};
 template <class Q>
-constexpr int one_token_warps = 1;
-template <>
-constexpr int one_token_warps<mq_q4_0> = 4;
-template <>
-constexpr int one_token_warps<mq_q8_0> = 4;
-template <>
-constexpr int one_token_warps<mq_q4_k> = 4;
+constexpr block_shape shape_of() {
+  using std::is_same_v;
+  if constexpr (is_same_v<Q, mq_f32> || is_same_v<Q, mq_f16> || is_same_v<Q, mq_q6_k>) return {128, 1};
+  if constexpr (is_same_v<Q, mq_q4_0> || is_same_v<Q, mq_q8_0> || is_same_v<Q, mq_q4_k>) return {32, 4};
+  return {32, 1};
+}
 
 template <class Q, int NT, int R, int TB, bool Pairs = false>
 cudaError_t launch_rows(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool add, cudaStream_t s) {
-  constexpr int W = TB == 32 && NT == 1 && !Pairs ? one_token_warps<Q> : 1;
+  constexpr int W = TB == 32 && NT == 1 && !Pairs ? shape_of<Q>().one_token_warps : 1;
   return launch_rows_w<Q, NT, R, TB, Pairs, W>(jb, n_blocks, xs, n_tok, add, s);
 }
 
@@ -280,18 +285,6 @@ struct rows_choice {
   int tokens;     // for 2..8 tokens
 };
 
-// Threads per block, measured per type like the rows: one warp per row group (no shared memory,
-// no __syncthreads, each warp on its own rows) beat four warps sharing a group by 5-30% for the
-// int8-x types; F32/F16 and Q6_K keep four.
-template <class Q>
-constexpr int threads_of = 32;
-template <>
-constexpr int threads_of<mq_f32> = 128;
-template <>
-constexpr int threads_of<mq_f16> = 128;
-template <>
-constexpr int threads_of<mq_q6_k> = 128;
-
 template <class Q, int NT>
 cudaError_t launch_nt(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool add, rows_choice rc,
                       cudaStream_t s) {
@@ -300,7 +293,7 @@ cudaError_t launch_nt(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool a
     R = NT == 1 ? rc.one_token : rc.tokens;
     while (R > 1 && jb.row_end[jb.n - 1] / R < 1024) R /= 2;
   }
-  constexpr int TB = threads_of<Q>;
+  constexpr int TB = shape_of<Q>().threads;
   if (R == 4) return launch_rows<Q, NT, 4, TB>(jb, n_blocks, xs, n_tok, add, s);
   if (R == 2) return launch_rows<Q, NT, 2, TB>(jb, n_blocks, xs, n_tok, add, s);
   return launch_rows<Q, NT, 1, TB>(jb, n_blocks, xs, n_tok, add, s);
@@ -393,7 +386,7 @@ cudaError_t launch_fine(int64_t n_in, const matvec_job& job, x_view xs, int n_to
   const jobs jb = make_jobs(&one, 1);
   if (jb.n == 0) return cudaSuccess;
   const int nb = static_cast<int>(n_in / Q::qk);
-  constexpr int TB = threads_of<Q>;
+  constexpr int TB = shape_of<Q>().threads;
   if (n_tok <= 1) return launch_rows<Q, 2, 2, TB, true>(jb, nb, xs, 2 * n_tok, false, s);
   return launch_rows<Q, 8, 4, TB, true>(jb, nb, xs, 2 * n_tok, false, s);
 }
