@@ -259,7 +259,6 @@ __global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_kernel(qk_rop
   if constexpr (std::is_same_v<E, q8_row>) {
     uint8_t* dst = static_cast<uint8_t*>(cache) + cache_at(a, t, j) / 32 * 34;
     for (int b = 0; b < D / 32; ++b) quantize_q8_0_warp(buf[32 * b + lane], dst + 34 * b);
-    return;
   } else {
     E* dst = static_cast<E*>(cache) + cache_at(a, t, j);
     for (int i = lane; i < D; i += 32) {
