@@ -19,7 +19,14 @@ status validate_batch(const batch& b, const kv_cache& cache, uint32_t n_vocab) {
     if (!cache.valid_seq(seq))
       return make_error("batch token ", i, ": sequence id ", seq, " is out of range (0..",
                         cache.config().n_seq_max - 1, ")");
-    auto it = next.try_emplace(seq, cache.length(seq)).first;
+    auto [it, first] = next.try_emplace(seq, cache.length(seq));
+    // Recurrent layers fold a sequence's tokens in order as one run of consecutive rows.
+    if (!first && cache.has_recurrent() && b.seq_ids[i - 1] != seq)
+      return make_error("batch token ", i, ": sequence ", seq, "'s tokens are not consecutive; a model with ",
+                        "recurrent layers needs each sequence's tokens together in the batch");
+    if (first && cache.has_recurrent() && cache.state_length(seq) != cache.length(seq))
+      return make_error("batch token ", i, ": sequence ", seq, "'s recurrent state was lost by a failed step; ",
+                        "clear the sequence and prefill it again");
     if (pos < 0 || uint32_t(pos) != it->second)
       return make_error("batch token ", i, ": sequence ", seq, " expects position ", it->second,
                         ", got ", pos);

@@ -1,4 +1,5 @@
-// Block bookkeeping of the KV cache: allocation, truncation and the context limit.
+// Bookkeeping of the sequence cache: block allocation, truncation (with the recurrent state's
+// checkpoint rule) and the context limit.
 #include "backend/kv_cache.h"
 
 namespace tandem {
@@ -21,7 +22,8 @@ result<kv_cache_config> normalize_kv_config(kv_cache_config cfg) {
   return cfg;
 }
 
-kv_cache::kv_cache(const kv_cache_config& cfg) : cfg_(cfg), seqs_(cfg.n_seq_max) {
+kv_cache::kv_cache(const kv_cache_config& cfg, const recurrent_layout& rec)
+    : cfg_(cfg), rec_(rec), seqs_(cfg.n_seq_max) {
   free_.reserve(cfg_.n_blocks);
   for (uint32_t b = cfg_.n_blocks; b-- > 0;) free_.push_back(b);  // hand out block 0 first
 }
@@ -45,16 +47,45 @@ status kv_cache::grow(int32_t seq, uint32_t new_length) {
   return {};
 }
 
-void kv_cache::truncate(int32_t seq, uint32_t length) {
-  if (!valid_seq(seq)) return;
-  auto& s = seqs_[seq];
-  if (length >= s.length) return;
+void kv_cache::drop_blocks(seq_state& s, uint32_t length) {
   s.length = length;
   size_t keep = (size_t{length} + cfg_.block_size - 1) / cfg_.block_size;
   while (s.blocks.size() > keep) {
     free_.push_back(s.blocks.back());
     s.blocks.pop_back();
   }
+}
+
+uint32_t kv_cache::truncate(int32_t seq, uint32_t length) {
+  if (!valid_seq(seq)) return 0;
+  auto& s = seqs_[seq];
+  if (length >= s.length) return s.length;
+  if (!has_recurrent() || length >= s.state_length || length == 0) {
+    // Slots reserved but not yet folded into the state (a refused batch) go back freely.
+    drop_blocks(s, length);
+    if (length == 0) s.state_length = 0, s.checkpoint = k_no_checkpoint;
+    return length;
+  }
+  if (s.state_length != k_state_unknown && length == s.checkpoint && restore_state(seq).ok()) {
+    drop_blocks(s, length);
+    s.state_length = length;
+    return length;
+  }
+  drop_blocks(s, 0);
+  s.state_length = 0;
+  s.checkpoint = k_no_checkpoint;
+  return 0;
+}
+
+status kv_cache::checkpoint(int32_t seq) {
+  if (!valid_seq(seq)) return make_error("sequence id ", seq, " is out of range");
+  if (!has_recurrent()) return {};
+  auto& s = seqs_[seq];
+  if (s.state_length != s.length)
+    return make_error("sequence ", seq, ": its recurrent state does not hold all ", s.length, " tokens");
+  TANDEM_TRY(save_state(seq));
+  s.checkpoint = s.length;
+  return {};
 }
 
 void kv_cache::clear_all() {

@@ -1,4 +1,4 @@
-// Architecture tables (llama, qwen2, qwen3): llama.cpp's metadata keys and tensor names, with the
+// Architecture tables (llama, qwen2, qwen3, qwen35): llama.cpp's metadata keys and tensor names, with the
 // shapes each tensor must have for given hyperparameters.
 #include "model/arch_spec.h"
 
@@ -12,58 +12,89 @@ namespace {
 
 // Rope style facts (llama.cpp): LLM_ARCH_LLAMA uses LLAMA_ROPE_TYPE_NORM (adjacent pairs); its
 // converter permutes the rows of q and k so that this matches Hugging Face's rotate_half. Qwen2
-// and Qwen3 are converted without that permutation and use LLAMA_ROPE_TYPE_NEOX (halves).
-constexpr std::array<arch_spec, 3> k_archs = {{
-    {"llama", arch_flags{.qk_norm = false, .qkv_bias = false, .rope = rope_style::normal}},
-    {"qwen2", arch_flags{.qk_norm = false, .qkv_bias = true, .rope = rope_style::neox}},
-    {"qwen3", arch_flags{.qk_norm = true, .qkv_bias = false, .rope = rope_style::neox}},
+// and Qwen3 are converted without that permutation and use LLAMA_ROPE_TYPE_NEOX (halves). Qwen3.5's
+// interleaved multi-section RoPE gives every section the same (text) position, which makes it NEOX
+// over the first rope.dimension_count dims.
+constexpr std::array<arch_spec, 4> k_archs = {{
+    {"llama", arch_flags{.qk_norm = false, .qkv_bias = false, .rope = rope_style::normal, .hybrid = false}},
+    {"qwen2", arch_flags{.qk_norm = false, .qkv_bias = true, .rope = rope_style::neox, .hybrid = false}},
+    {"qwen3", arch_flags{.qk_norm = true, .qkv_bias = false, .rope = rope_style::neox, .hybrid = false}},
+    {"qwen35", arch_flags{.qk_norm = true, .qkv_bias = false, .rope = rope_style::neox, .hybrid = true}},
 }};
 
 // Which dimension a layer tensor's shape is built from.
-enum class dim { embd, q_out, kv_out, ff, head };
+enum class dim { embd, q_rows, q_out, kv_out, ff, head, dn_conv, dn_value, dn_vheads, dn_kernel, dn_vdim };
+
+// The layer kinds a tensor belongs to.
+enum class kinds { all, attention, delta_net };
 
 struct layer_tensor {
-  std::string_view stem;  // "attn_q"; the name is blk.N.<stem>.<weight|bias>
+  std::string_view stem;    // "attn_q"; the name is blk.N.<stem><suffix>
+  std::string_view suffix;  // ".weight", ".bias" or "" (ssm_a)
   tensor_role role;
   std::array<dim, 2> shape;
   int rank;
-  enum class when { always, qkv_bias, qk_norm } cond;
+  enum class when { always, qkv_bias, qk_norm, plain, hybrid } cond;
+  kinds in;
+  const gguf_tensor* layer_weights::*slot;
 };
 
-// Per-layer tensors in the order llama.cpp's tensor table lists them.
-constexpr layer_tensor k_layer_tensors[] = {
-    {"attn_norm", tensor_role::norm, {dim::embd, dim::embd}, 1, layer_tensor::when::always},
-    {"attn_q", tensor_role::matrix, {dim::embd, dim::q_out}, 2, layer_tensor::when::always},
-    {"attn_q", tensor_role::bias, {dim::q_out, dim::q_out}, 1, layer_tensor::when::qkv_bias},
-    {"attn_k", tensor_role::matrix, {dim::embd, dim::kv_out}, 2, layer_tensor::when::always},
-    {"attn_k", tensor_role::bias, {dim::kv_out, dim::kv_out}, 1, layer_tensor::when::qkv_bias},
-    {"attn_v", tensor_role::matrix, {dim::embd, dim::kv_out}, 2, layer_tensor::when::always},
-    {"attn_v", tensor_role::bias, {dim::kv_out, dim::kv_out}, 1, layer_tensor::when::qkv_bias},
-    {"attn_q_norm", tensor_role::norm, {dim::head, dim::head}, 1, layer_tensor::when::qk_norm},
-    {"attn_k_norm", tensor_role::norm, {dim::head, dim::head}, 1, layer_tensor::when::qk_norm},
-    {"attn_output", tensor_role::matrix, {dim::q_out, dim::embd}, 2, layer_tensor::when::always},
-    {"ffn_norm", tensor_role::norm, {dim::embd, dim::embd}, 1, layer_tensor::when::always},
-    {"ffn_gate", tensor_role::matrix, {dim::embd, dim::ff}, 2, layer_tensor::when::always},
-    {"ffn_up", tensor_role::matrix, {dim::embd, dim::ff}, 2, layer_tensor::when::always},
-    {"ffn_down", tensor_role::matrix, {dim::ff, dim::embd}, 2, layer_tensor::when::always},
+// Per-layer tensors: the one list every loader, writer and backend reads.
+using lt = layer_tensor;
+constexpr lt k_layer_tensors[] = {
+    {"attn_norm", ".weight", tensor_role::norm, {dim::embd, dim::embd}, 1, lt::when::always, kinds::all, &layer_weights::attn_norm},
+    {"attn_q", ".weight", tensor_role::matrix, {dim::embd, dim::q_rows}, 2, lt::when::always, kinds::attention, &layer_weights::wq},
+    {"attn_q", ".bias", tensor_role::bias, {dim::q_out, dim::q_out}, 1, lt::when::qkv_bias, kinds::attention, &layer_weights::bq},
+    {"attn_k", ".weight", tensor_role::matrix, {dim::embd, dim::kv_out}, 2, lt::when::always, kinds::attention, &layer_weights::wk},
+    {"attn_k", ".bias", tensor_role::bias, {dim::kv_out, dim::kv_out}, 1, lt::when::qkv_bias, kinds::attention, &layer_weights::bk},
+    {"attn_v", ".weight", tensor_role::matrix, {dim::embd, dim::kv_out}, 2, lt::when::always, kinds::attention, &layer_weights::wv},
+    {"attn_v", ".bias", tensor_role::bias, {dim::kv_out, dim::kv_out}, 1, lt::when::qkv_bias, kinds::attention, &layer_weights::bv},
+    {"attn_q_norm", ".weight", tensor_role::norm, {dim::head, dim::head}, 1, lt::when::qk_norm, kinds::attention, &layer_weights::q_norm},
+    {"attn_k_norm", ".weight", tensor_role::norm, {dim::head, dim::head}, 1, lt::when::qk_norm, kinds::attention, &layer_weights::k_norm},
+    {"attn_output", ".weight", tensor_role::matrix, {dim::q_out, dim::embd}, 2, lt::when::always, kinds::attention, &layer_weights::wo},
+    {"attn_qkv", ".weight", tensor_role::matrix, {dim::embd, dim::dn_conv}, 2, lt::when::hybrid, kinds::delta_net, &layer_weights::dn_qkv},
+    {"attn_gate", ".weight", tensor_role::matrix, {dim::embd, dim::dn_value}, 2, lt::when::hybrid, kinds::delta_net, &layer_weights::dn_gate},
+    {"ssm_conv1d", ".weight", tensor_role::conv, {dim::dn_kernel, dim::dn_conv}, 2, lt::when::hybrid, kinds::delta_net, &layer_weights::dn_conv},
+    {"ssm_dt", ".bias", tensor_role::bias, {dim::dn_vheads, dim::dn_vheads}, 1, lt::when::hybrid, kinds::delta_net, &layer_weights::dn_dt_bias},
+    {"ssm_a", "", tensor_role::decay, {dim::dn_vheads, dim::dn_vheads}, 1, lt::when::hybrid, kinds::delta_net, &layer_weights::dn_a},
+    {"ssm_beta", ".weight", tensor_role::matrix, {dim::embd, dim::dn_vheads}, 2, lt::when::hybrid, kinds::delta_net, &layer_weights::dn_beta},
+    {"ssm_alpha", ".weight", tensor_role::matrix, {dim::embd, dim::dn_vheads}, 2, lt::when::hybrid, kinds::delta_net, &layer_weights::dn_alpha},
+    {"ssm_norm", ".weight", tensor_role::norm, {dim::dn_vdim, dim::dn_vdim}, 1, lt::when::hybrid, kinds::delta_net, &layer_weights::dn_norm},
+    {"ssm_out", ".weight", tensor_role::matrix, {dim::dn_value, dim::embd}, 2, lt::when::hybrid, kinds::delta_net, &layer_weights::dn_out},
+    {"ffn_norm", ".weight", tensor_role::norm, {dim::embd, dim::embd}, 1, lt::when::plain, kinds::all, &layer_weights::ffn_norm},
+    {"post_attention_norm", ".weight", tensor_role::norm, {dim::embd, dim::embd}, 1, lt::when::hybrid, kinds::all, &layer_weights::ffn_norm},
+    {"ffn_gate", ".weight", tensor_role::matrix, {dim::embd, dim::ff}, 2, lt::when::always, kinds::all, &layer_weights::ffn_gate},
+    {"ffn_up", ".weight", tensor_role::matrix, {dim::embd, dim::ff}, 2, lt::when::always, kinds::all, &layer_weights::ffn_up},
+    {"ffn_down", ".weight", tensor_role::matrix, {dim::ff, dim::embd}, 2, lt::when::always, kinds::all, &layer_weights::ffn_down},
 };
 
-uint64_t dim_value(dim d, const hparams& hp) {
+uint64_t dim_value(dim d, const hparams& hp, bool hybrid) {
+  const delta_net_shape dn = delta_net_of(hp);
   switch (d) {
     case dim::embd: return hp.n_embd;
+    case dim::q_rows: return uint64_t{hp.n_head} * hp.head_dim * (hybrid ? 2 : 1);
     case dim::q_out: return uint64_t{hp.n_head} * hp.head_dim;
     case dim::kv_out: return uint64_t{hp.n_head_kv} * hp.head_dim;
     case dim::ff: return hp.n_ff;
     case dim::head: return hp.head_dim;
+    case dim::dn_conv: return dn.conv_dim();
+    case dim::dn_value: return dn.value_dim();
+    case dim::dn_vheads: return dn.n_v_heads;
+    case dim::dn_kernel: return dn.kernel;
+    case dim::dn_vdim: return dn.v_dim;
   }
   return 0;
 }
 
-bool wanted(const layer_tensor& t, const arch_flags& f) {
+bool wanted(const layer_tensor& t, const arch_flags& f, layer_kind kind) {
+  if (t.in == kinds::attention && kind != layer_kind::attention) return false;
+  if (t.in == kinds::delta_net && kind != layer_kind::delta_net) return false;
   switch (t.cond) {
     case layer_tensor::when::always: return true;
     case layer_tensor::when::qkv_bias: return f.qkv_bias;
     case layer_tensor::when::qk_norm: return f.qk_norm;
+    case layer_tensor::when::plain: return !f.hybrid;
+    case layer_tensor::when::hybrid: return f.hybrid;
   }
   return false;
 }
@@ -121,7 +152,71 @@ status read_vocab(const gguf_file& file, hparams& hp) {
   return {};
 }
 
+// The hybrid keys: the ssm.* sizes, the attention interval and the RoPE sections.
+status read_hybrid(const arch_spec& arch, const gguf_file& file, hparams& hp) {
+  hp.full_attn_interval = 4;  // llama.cpp's default when the key is absent
+  TANDEM_TRY(read_u32_opt(file, key(arch, "full_attention_interval"), hp.full_attn_interval));
+  TANDEM_TRY(read_u32(file, key(arch, "ssm.conv_kernel"), hp.ssm_conv_kernel));
+  TANDEM_TRY(read_u32(file, key(arch, "ssm.state_size"), hp.ssm_state));
+  TANDEM_TRY(read_u32(file, key(arch, "ssm.group_count"), hp.ssm_groups));
+  TANDEM_TRY(read_u32(file, key(arch, "ssm.time_step_rank"), hp.ssm_dt_rank));
+  TANDEM_TRY(read_u32(file, key(arch, "ssm.inner_size"), hp.ssm_inner));
+  const std::string sk = key(arch, "rope.dimension_sections");
+  if (file.find(sk)) {
+    auto v = file.get_int_array(sk);
+    if (!v) return v.err();
+    if (v->size() > 4) return make_error("metadata key ", sk, " has ", v->size(), " entries, at most 4");
+    uint64_t sum = 0;
+    for (size_t i = 0; i < v->size(); ++i) {
+      if ((*v)[i] < 0 || (*v)[i] > 0xffff) return make_error("metadata key ", sk, " has bad entry ", (*v)[i]);
+      hp.rope_sections[i] = static_cast<uint32_t>((*v)[i]);
+      sum += hp.rope_sections[i];
+    }
+    // Sections count rotation pairs; text positions rotate every pair alike, so only the total matters.
+    if (sum * 2 > hp.rope_dim)
+      return make_error(sk, " covers ", sum * 2, " dims, more than ", key(arch, "rope.dimension_count"), " (",
+                        hp.rope_dim, ")");
+  }
+  return check_hybrid_hparams(arch, hp);
+}
+
 }  // namespace
+
+uint32_t hparams::n_attention_layers() const {
+  uint32_t n = 0;
+  for (uint32_t il = 0; il < n_layer; ++il) n += kind(il) == layer_kind::attention;
+  return n;
+}
+
+delta_net_shape delta_net_of(const hparams& hp) {
+  delta_net_shape s;
+  if (!hp.hybrid()) return s;
+  s.n_k_heads = hp.ssm_groups;
+  s.n_v_heads = hp.ssm_dt_rank;
+  s.k_dim = hp.ssm_state;
+  s.v_dim = hp.ssm_dt_rank ? hp.ssm_inner / hp.ssm_dt_rank : 0;
+  s.kernel = hp.ssm_conv_kernel;
+  return s;
+}
+
+status check_hybrid_hparams(const arch_spec& arch, const hparams& hp) {
+  if (!arch.flags.hybrid) return {};
+  const auto k = [&](std::string_view s) { return key(arch, s); };
+  if (hp.full_attn_interval == 0) return make_error(k("full_attention_interval"), " must be positive");
+  if (hp.ssm_conv_kernel < 2 || hp.ssm_conv_kernel > 8)
+    return make_error(k("ssm.conv_kernel"), " (", hp.ssm_conv_kernel, ") must be 2..8");
+  if (hp.ssm_groups == 0 || hp.ssm_dt_rank == 0 || hp.ssm_dt_rank % hp.ssm_groups != 0)
+    return make_error(k("ssm.time_step_rank"), " (", hp.ssm_dt_rank, " value heads) must be a positive multiple of ",
+                      k("ssm.group_count"), " (", hp.ssm_groups, " key heads)");
+  if (hp.ssm_inner == 0 || hp.ssm_inner % hp.ssm_dt_rank != 0)
+    return make_error(k("ssm.inner_size"), " (", hp.ssm_inner, ") is not a multiple of ", k("ssm.time_step_rank"),
+                      " (", hp.ssm_dt_rank, ")");
+  const uint32_t dv = hp.ssm_inner / hp.ssm_dt_rank;
+  if (hp.ssm_state % 8 != 0 || dv % 8 != 0 || hp.ssm_state > 256 || dv > 256)
+    return make_error("DeltaNet head sizes (", k("ssm.state_size"), " ", hp.ssm_state, ", value ", dv,
+                      ") must be multiples of 8 up to 256");
+  return {};
+}
 
 const arch_spec* find_arch(std::string_view name) {
   for (const auto& a : k_archs)
@@ -140,13 +235,13 @@ std::vector<tensor_spec> expected_tensors(const arch_spec& arch, const hparams& 
   out.push_back({"token_embd.weight", {hp.n_embd, hp.n_vocab}, tensor_role::embedding, -1});
   for (uint32_t l = 0; l < hp.n_layer; ++l) {
     for (const auto& t : k_layer_tensors) {
-      if (!wanted(t, arch.flags)) continue;
+      if (!wanted(t, arch.flags, hp.kind(l))) continue;
       tensor_spec s;
-      s.name = "blk." + std::to_string(l) + "." + std::string(t.stem) +
-               (t.role == tensor_role::bias ? ".bias" : ".weight");
-      for (int d = 0; d < t.rank; ++d) s.shape.push_back(dim_value(t.shape[d], hp));
+      s.name = "blk." + std::to_string(l) + "." + std::string(t.stem) + std::string(t.suffix);
+      for (int d = 0; d < t.rank; ++d) s.shape.push_back(dim_value(t.shape[d], hp, arch.flags.hybrid));
       s.role = t.role;
       s.layer = static_cast<int>(l);
+      s.slot = t.slot;
       out.push_back(std::move(s));
     }
   }
@@ -190,6 +285,7 @@ result<hparams> read_hparams(const arch_spec& arch, const gguf_file& file) {
   TANDEM_TRY(read_f32_opt(file, key(arch, "attention.layer_norm_rms_epsilon"), hp.rms_eps));
   TANDEM_TRY(read_f32_opt(file, key(arch, "rope.freq_base"), hp.rope_theta));
   hp.tied_output = file.find_tensor("output.weight") == nullptr;
+  if (arch.flags.hybrid) TANDEM_TRY(read_hybrid(arch, file, hp));
   return hp;
 }
 
@@ -207,6 +303,16 @@ void write_hparams(const arch_spec& arch, const hparams& hp, gguf_writer& out) {
   out.set_u32(key(arch, "rope.dimension_count"), hp.rope_dim ? hp.rope_dim : hp.head_dim);
   out.set_f32(key(arch, "attention.layer_norm_rms_epsilon"), hp.rms_eps);
   out.set_f32(key(arch, "rope.freq_base"), hp.rope_theta);
+  if (!arch.flags.hybrid) return;
+  out.set_u32(key(arch, "full_attention_interval"), hp.full_attn_interval);
+  out.set_u32(key(arch, "ssm.conv_kernel"), hp.ssm_conv_kernel);
+  out.set_u32(key(arch, "ssm.state_size"), hp.ssm_state);
+  out.set_u32(key(arch, "ssm.group_count"), hp.ssm_groups);
+  out.set_u32(key(arch, "ssm.time_step_rank"), hp.ssm_dt_rank);
+  out.set_u32(key(arch, "ssm.inner_size"), hp.ssm_inner);
+  out.set(key(arch, "rope.dimension_sections"),
+          gguf_i32_array({int32_t(hp.rope_sections[0]), int32_t(hp.rope_sections[1]), int32_t(hp.rope_sections[2]),
+                          int32_t(hp.rope_sections[3])}));
 }
 
 }  // namespace tandem

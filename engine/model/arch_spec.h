@@ -3,12 +3,14 @@
 // these tables, so an architecture is added here and nowhere else.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/result.h"
+#include "model/layer_weights.h"
 
 namespace tandem {
 
@@ -18,9 +20,13 @@ class gguf_writer;
 enum class rope_style { normal, neox };  // normal: rotate pairs (2i, 2i+1); neox: halves (i, i+d/2)
 
 struct arch_flags {
-  bool qk_norm = false;   // per-head RMSNorm on q and k before RoPE (qwen3)
+  bool qk_norm = false;   // per-head RMSNorm on q and k before RoPE (qwen3, qwen35)
   bool qkv_bias = false;  // biases on attn_q/k/v (qwen2)
   rope_style rope = rope_style::normal;
+  // Hybrid (qwen35): Gated DeltaNet layers with a full-attention layer every full_attn_interval;
+  // attention layers carry an output gate in attn_q ([q, gate] per head) and the FFN norm is
+  // named post_attention_norm.
+  bool hybrid = false;
 };
 
 // Hyperparameters as llama.cpp names them under "<arch>." keys.
@@ -37,19 +43,58 @@ struct hparams {
   float rms_eps = 1e-6f;       // .attention.layer_norm_rms_epsilon
   float rope_theta = 10000.f;  // .rope.freq_base
   bool tied_output = false;    // no "output.weight": the head reuses token_embd
+  // Hybrid architectures only (0 elsewhere).
+  uint32_t full_attn_interval = 0;  // .full_attention_interval: layer i attends iff (i+1) % it == 0
+  uint32_t ssm_conv_kernel = 0;     // .ssm.conv_kernel (K)
+  uint32_t ssm_state = 0;           // .ssm.state_size: key head size dk
+  uint32_t ssm_groups = 0;          // .ssm.group_count: key heads Hk
+  uint32_t ssm_dt_rank = 0;         // .ssm.time_step_rank: value heads Hv
+  uint32_t ssm_inner = 0;           // .ssm.inner_size: Hv · dv
+  std::array<uint32_t, 4> rope_sections{};  // .rope.dimension_sections (multi-section RoPE)
+
+  bool hybrid() const { return full_attn_interval != 0; }
+  layer_kind kind(uint32_t il) const {
+    return !hybrid() || (il + 1) % full_attn_interval == 0 ? layer_kind::attention : layer_kind::delta_net;
+  }
+  uint32_t n_attention_layers() const;
+  uint32_t n_delta_net_layers() const { return n_layer - n_attention_layers(); }
 };
 
-enum class tensor_role { embedding, norm, matrix, bias };
+// The sizes of one Gated DeltaNet layer, derived from the ssm.* hyperparameters.
+struct delta_net_shape {
+  uint32_t n_k_heads = 0, n_v_heads = 0;  // Hk, Hv (Hv a multiple of Hk)
+  uint32_t k_dim = 0, v_dim = 0;          // dk, dv per head
+  uint32_t kernel = 0;                    // conv kernel K
+  uint32_t key_dim() const { return n_k_heads * k_dim; }
+  uint32_t value_dim() const { return n_v_heads * v_dim; }
+  uint32_t conv_dim() const { return 2 * key_dim() + value_dim(); }  // channels: q, k, v
+  // Per sequence and layer, fp32: the last K-1 inputs of the conv, and S (Hv × dk × dv).
+  uint64_t conv_state_floats() const { return uint64_t(kernel - 1) * conv_dim(); }
+  uint64_t ssm_state_floats() const { return uint64_t(n_v_heads) * k_dim * v_dim; }
+};
+delta_net_shape delta_net_of(const hparams& hp);
+
+enum class tensor_role {
+  embedding,
+  norm,    // a norm's weight (f32 in files)
+  matrix,
+  bias,
+  conv,    // a depthwise conv kernel {K, channels} (f32)
+  decay,   // a negative per-head rate (ssm_a = -exp(A_log), f32)
+};
+// Whether files keep tensors of this role quantized (matrices) or as float vectors.
+inline bool role_is_matrix(tensor_role r) { return r == tensor_role::matrix || r == tensor_role::embedding; }
 
 struct tensor_spec {
   std::string name;             // "blk.3.attn_q.weight"
   std::vector<uint64_t> shape;  // GGUF order: shape[0] contiguous (n_in for matrices)
   tensor_role role = tensor_role::matrix;
   int layer = -1;               // -1 for global tensors
+  const gguf_tensor* layer_weights::*slot = nullptr;  // where bind_model puts a layer tensor
 };
 
 struct arch_spec {
-  std::string_view name;  // "llama", "qwen2", "qwen3"
+  std::string_view name;  // "llama", "qwen2", "qwen3", "qwen35"
   arch_flags flags;
 };
 
@@ -61,8 +106,10 @@ std::vector<std::string_view> known_archs();
 std::vector<tensor_spec> expected_tensors(const arch_spec& arch, const hparams& hp);
 
 // Reads "<arch>.*" keys (and the vocab size from tokenizer.ggml.tokens or token_embd);
-// a missing or mistyped key is an error naming it.
+// a missing or mistyped key, or hyperparameters that contradict each other, is an error naming it.
 result<hparams> read_hparams(const arch_spec& arch, const gguf_file& file);
+// Checks the hybrid (ssm.*) hyperparameters against each other; read_hparams calls it.
+status check_hybrid_hparams(const arch_spec& arch, const hparams& hp);
 // Writes general.architecture and the "<arch>.*" keys as llama.cpp's converter does.
 void write_hparams(const arch_spec& arch, const hparams& hp, gguf_writer& out);
 

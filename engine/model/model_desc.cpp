@@ -26,6 +26,9 @@ status check_tensor(const tensor_spec& spec, const gguf_tensor& t) {
   if (!same)
     return make_error("tensor ", spec.name, " has shape ", shape_str(t.dims, t.n_dims),
                       ", expected ", shape_str(spec.shape.data(), spec.shape.size()));
+  if (!role_is_matrix(spec.role) && t.type != ggml_type::f32 && t.type != ggml_type::f16 &&
+      t.type != ggml_type::bf16)
+    return make_error("tensor ", spec.name, " has type ", type_name(t.type), ", expected a float type (F32, F16, BF16)");
   if (!can_dequantize(t.type))
     return make_error("tensor ", spec.name, " has type ", type_name(t.type),
                       ", which the engine cannot compute with");
@@ -34,25 +37,6 @@ status check_tensor(const tensor_spec& spec, const gguf_tensor& t) {
 
 
 }  // namespace
-
-const gguf_tensor** layer_slot(layer_weights& w, std::string_view suffix) {
-  struct entry {
-    std::string_view suffix;
-    const gguf_tensor* layer_weights::*member;
-  };
-  static constexpr entry k_slots[] = {
-      {"attn_norm.weight", &layer_weights::attn_norm}, {"attn_q.weight", &layer_weights::wq},
-      {"attn_k.weight", &layer_weights::wk},           {"attn_v.weight", &layer_weights::wv},
-      {"attn_q.bias", &layer_weights::bq},             {"attn_k.bias", &layer_weights::bk},
-      {"attn_v.bias", &layer_weights::bv},             {"attn_q_norm.weight", &layer_weights::q_norm},
-      {"attn_k_norm.weight", &layer_weights::k_norm},  {"attn_output.weight", &layer_weights::wo},
-      {"ffn_norm.weight", &layer_weights::ffn_norm},   {"ffn_gate.weight", &layer_weights::ffn_gate},
-      {"ffn_up.weight", &layer_weights::ffn_up},       {"ffn_down.weight", &layer_weights::ffn_down},
-  };
-  for (const auto& e : k_slots)
-    if (e.suffix == suffix) return &(w.*e.member);
-  return nullptr;
-}
 
 result<model_desc> bind_model(const gguf_file& file) {
   auto arch_name = file.get_string("general.architecture");
@@ -78,11 +62,7 @@ result<model_desc> bind_model(const gguf_file& file) {
       else if (spec.name == "output.weight") d.output = t;
       continue;
     }
-    std::string prefix = "blk." + std::to_string(spec.layer) + ".";
-    const gguf_tensor** slot =
-        layer_slot(d.layers[spec.layer], std::string_view(spec.name).substr(prefix.size()));
-    if (!slot) return make_error("internal: no slot for tensor ", spec.name);
-    *slot = t;
+    d.layers[spec.layer].*spec.slot = t;
   }
   if (d.hp.tied_output) d.output = d.token_embd;
   return d;

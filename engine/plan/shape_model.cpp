@@ -12,8 +12,7 @@ const gguf_tensor** slot_of(model_desc& d, const tensor_spec& s) {
     if (s.name == "output.weight") return &d.output;
     return nullptr;
   }
-  const std::string_view suffix = std::string_view(s.name).substr(s.name.find('.', 4) + 1);
-  return layer_slot(d.layers[s.layer], suffix);
+  return &(d.layers[s.layer].*s.slot);
 }
 
 }  // namespace

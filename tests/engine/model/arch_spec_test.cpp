@@ -26,7 +26,10 @@ TEST(arch_spec, known_architectures_and_flags) {
   EXPECT_TRUE(find_arch("qwen2")->flags.qkv_bias);
   EXPECT_TRUE(find_arch("qwen3")->flags.qk_norm);
   EXPECT_FALSE(find_arch("qwen3")->flags.qkv_bias);
-  EXPECT_EQ(known_archs().size(), 3u);
+  ASSERT_NE(find_arch("qwen35"), nullptr);
+  EXPECT_TRUE(find_arch("qwen35")->flags.hybrid);
+  EXPECT_FALSE(find_arch("qwen3")->flags.hybrid);
+  EXPECT_EQ(known_archs().size(), 4u);
 }
 
 TEST(arch_spec, qwen3_tensor_names_and_shapes) {

@@ -25,6 +25,20 @@ hparams tiny_model_options::default_hparams() {
   return hp;
 }
 
+hparams tiny_model_options::qwen35_hparams() {
+  hparams hp = default_hparams();
+  hp.n_layer = 4;  // three DeltaNet layers, then one attention layer
+  hp.rope_dim = 8;
+  hp.full_attn_interval = 4;
+  hp.ssm_conv_kernel = 4;
+  hp.ssm_state = 32;
+  hp.ssm_groups = 2;
+  hp.ssm_dt_rank = 4;
+  hp.ssm_inner = 4 * 32;
+  hp.rope_sections = {2, 1, 1, 0};
+  return hp;
+}
+
 std::vector<float> random_floats(size_t n, uint64_t seed, float lo, float hi) {
   std::mt19937_64 rng(seed);
   std::vector<float> out(n);
@@ -68,6 +82,8 @@ result<std::vector<uint8_t>> tiny_model_bytes(const tiny_model_options& opt) {
     switch (spec.role) {
       case tensor_role::norm: v = random_floats(n, seed, 0.8f, 1.2f); break;
       case tensor_role::bias: v = random_floats(n, seed, -0.2f, 0.2f); break;
+      case tensor_role::conv: v = random_floats(n, seed, -0.6f, 0.6f); break;
+      case tensor_role::decay: v = random_floats(n, seed, -4.f, -0.05f); break;
       case tensor_role::embedding:
       case tensor_role::matrix: {
         // Scaled so activations stay O(1) through the layers.

@@ -23,6 +23,7 @@ struct tiny_model_options {
   bool write_tokens = false;      // add tokenizer.ggml.tokens of n_vocab entries
 
   static hparams default_hparams();
+  static hparams qwen35_hparams();  // arch "qwen35": 3 DeltaNet layers + 1 attention layer
 };
 
 struct tiny_model {

@@ -1,0 +1,66 @@
+// Host launchers for the Gated DeltaNet layer of hybrid models (qwen35): the causal conv with its
+// per-sequence state, the gates, the gated delta rule (recurrent: decode and prefill), the gated
+// RMSNorm, and the pieces of gated full attention. Device pointers; each launcher enqueues on
+// `stream` and returns the launch status. The math is backend/cpu/delta_net_ops.h's.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tandem {
+
+// A batch's tokens as runs of one sequence each: runs[4r + 0] = first token index, [1] = tokens,
+// [2] = the sequence's state slot, [3] = the position of its first token (0: the state starts at
+// zero instead of being read). Tokens of a run are consecutive batch rows, in position order.
+struct dn_runs {
+  const int32_t* runs = nullptr;  // device, 4 ints per run
+  int n_runs = 0;
+  // A host-side bound on any run's token count (0: unknown). Only speed depends on it: with it the
+  // conv splits long runs over several threads per channel; without, one thread walks each run.
+  int max_tokens = 0;
+};
+
+// out[t][c] = silu(sum_j w[c*K + j] * in[t-K+1+j][c]) over each run's rows of x (row stride
+// x_stride floats), earlier inputs from conv_state + slot * (K-1) * C ([K-1][C], row K-2 newest);
+// the state then holds the run's last K-1 inputs. out is [T][C] dense.
+cudaError_t launch_dn_conv(const float* x, int64_t x_stride, const float* w, int C, int K, float* conv_state,
+                           dn_runs runs, float* out, cudaStream_t stream);
+
+// g = a_decay[h] * softplus(a + dt_bias[h]), beta = sigmoid(b) for [T][Hv] gate inputs.
+cudaError_t launch_dn_gates(const float* a, const float* b, const float* a_decay, const float* dt_bias, int T, int Hv,
+                            float* g, float* beta, cudaStream_t stream);
+
+// x * rsqrt(sum(x^2) + eps) for n rows of d floats, stride apart (in place).
+cudaError_t launch_l2_norm_rows(float* x, int64_t n, int d, int64_t stride, float eps, cudaStream_t stream);
+
+// The gated delta rule over each run (gated_delta_rule_recurrent on the CPU): q, k rows of Hk
+// heads × dk (stride qk_stride), already L2-normed; v rows of Hv × dv (stride v_stride); g, beta
+// [T][Hv]; state S + slot * Hv*dk*dv ([Hv][dk][dv]) read once and written once per run; out
+// [T][Hv][dv]. v-head h reads k-head h % Hk. dk, dv: multiples of 32 up to 256.
+struct dn_rule_args {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  int64_t qk_stride = 0;
+  const float* v = nullptr;
+  int64_t v_stride = 0;
+  const float* g = nullptr;
+  const float* beta = nullptr;
+  int Hk = 0, Hv = 0, dk = 0, dv = 0;
+  float* S = nullptr;
+  float* out = nullptr;
+};
+cudaError_t launch_dn_rule(const dn_rule_args& a, dn_runs runs, cudaStream_t stream);
+
+// out = o / sqrt(mean(o^2) + eps) * w * silu(z) per row of d floats (n rows; o, z, out dense).
+cudaError_t launch_rms_norm_gated(const float* o, const float* w, const float* z, float* out, int64_t n, int d,
+                                  float eps, cudaStream_t stream);
+
+// Gated attention: splits attn_q's output rows (per token n_head × [q(D), gate(D)]) into q
+// ([T][n_head][D]) and gate ([T][n_head][D]).
+cudaError_t launch_split_q_gate(const float* qg, int T, int n_head, int D, float* q, float* gate,
+                                cudaStream_t stream);
+// x *= sigmoid(gate), elementwise over n floats.
+cudaError_t launch_sigmoid_mul(float* x, const float* gate, int64_t n, cudaStream_t stream);
+
+}  // namespace tandem
