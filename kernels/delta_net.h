@@ -31,8 +31,10 @@ cudaError_t launch_dn_conv(const float* x, int64_t x_stride, const float* w, int
 cudaError_t launch_dn_gates(const float* a, const float* b, const float* a_decay, const float* dt_bias, int T, int Hv,
                             float* g, float* beta, cudaStream_t stream);
 
-// x * rsqrt(sum(x^2) + eps) for n rows of d floats, stride apart (in place).
-cudaError_t launch_l2_norm_rows(float* x, int64_t n, int d, int64_t stride, float eps, cudaStream_t stream);
+// x * rsqrt(sum(x^2) + eps) for each of n_rows × n_heads heads of d floats (in place): head h of row
+// r at x + r * row_stride + h * d (the q and k heads of a conv output row sit side by side).
+cudaError_t launch_l2_norm_heads(float* x, int64_t n_rows, int n_heads, int d, int64_t row_stride, float eps,
+                                 cudaStream_t stream);
 
 // The gated delta rule over each run (gated_delta_rule_recurrent on the CPU): q, k rows of Hk
 // heads × dk (stride qk_stride), already L2-normed; v rows of Hv × dv (stride v_stride); g, beta

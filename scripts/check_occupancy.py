@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Occupancy guard for the decode kernels: compiles kernels/matvec.cu, layer_ops.cu and attention.cu
+"""Occupancy guard for the decode kernels: compiles kernels/matvec.cu, layer_ops.cu, attention.cu and delta_net.cu
 for sm_90 with ptxas's resource report and fails if any kernel now fits fewer blocks per SM than
 tests/kernels/occupancy_budget.txt records. Decode speed follows the blocks in flight per SM,
 and a register count can jump with an innocent-looking change (a member added to the mat-vec's
@@ -16,7 +16,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUDGET = os.path.join(ROOT, "tests", "kernels", "occupancy_budget.txt")
-SOURCES = ["kernels/matvec.cu", "kernels/layer_ops.cu", "kernels/attention.cu"]
+SOURCES = ["kernels/matvec.cu", "kernels/layer_ops.cu", "kernels/attention.cu", "kernels/delta_net.cu"]
 REGS_PER_SM, MAX_BLOCKS, WARP_ALLOC = 65536, 32, 256  # sm_90
 
 
@@ -30,7 +30,7 @@ def blocks_per_sm(regs, threads):
 # Threads per block of each kernel family (the launchers' constants; the mat-vec's is the product
 # of its last two integer template arguments).
 THREADS = {"matvec_kernel": None, "rms_norm_wide_kernel": 256, "paged_attention_kernel": 128,
-           "qk_rope_store_kernel": 128}
+           "qk_rope_store_kernel": 128, "dn_rule_kernel": 128, "dn_conv_kernel": 128}
 
 
 def threads_of(key):

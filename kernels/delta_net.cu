@@ -1,0 +1,418 @@
+// CUDA kernels of the Gated DeltaNet layer (kernels/delta_net.h): the causal conv with its state,
+// the gates, the L2 and gated RMS norms, the recurrent gated delta rule, and the two small pieces of
+// gated attention. fp32 throughout, with the formulas of backend/cpu/delta_net_ops.cpp.
+#include "kernels/delta_net.h"
+
+#include <cstdint>
+
+namespace tandem {
+namespace {
+
+constexpr unsigned k_full = 0xffffffffu;
+constexpr int k_threads = 256;
+constexpr int64_t k_max_grid = 65535;
+
+unsigned grid_for(int64_t items) {
+  const int64_t b = (items + k_threads - 1) / k_threads;
+  return static_cast<unsigned>(b < 1 ? 1 : (b < k_max_grid ? b : k_max_grid));
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
+__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+// PyTorch's softplus threshold (20), as the CPU reference: above it log1p(exp(x)) == x in float.
+__device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(k_full, v, o);
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Causal conv. One thread per (run, channel, slice of the run's tokens), the K-1 previous inputs
+// in registers. Slices hold at least K-1 tokens, so only slice 0 reaches back into the state, and
+// slice 0 alone rewrites it (after reading it): no thread reads state another one writes.
+constexpr int k_conv_threads = 128;
+constexpr int k_conv_slice = 16;    // target tokens per thread for long runs
+constexpr int k_conv_max_slices = 64;
+
+template <int K>
+__global__ void __launch_bounds__(k_conv_threads)
+    dn_conv_kernel(const float* __restrict__ x, int64_t x_stride, const float* __restrict__ w, int C,
+                   float* conv_state, const int32_t* __restrict__ runs, float* __restrict__ out) {
+  const int c = blockIdx.x * k_conv_threads + threadIdx.x;
+  if (c >= C) return;
+  const int32_t* run = runs + 4 * blockIdx.z;
+  const int t0 = run[0], n = run[1], slot = run[2], pos0 = run[3];
+  if (n <= 0) return;
+  int per = (n + static_cast<int>(gridDim.y) - 1) / static_cast<int>(gridDim.y);
+  if (per < K - 1) per = K - 1;
+  const int b = static_cast<int>(blockIdx.y) * per;
+  if (b >= n) return;
+  const int e = min(n, b + per);
+  float* st = conv_state + static_cast<int64_t>(slot) * (K - 1) * C + c;
+  float wr[K], hist[K];  // hist[j], j < K-1: the run's input row b-(K-1)+j (oldest first)
+#pragma unroll
+  for (int j = 0; j < K; ++j) wr[j] = w[static_cast<int64_t>(c) * K + j];
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) {
+    const int r = b - (K - 1) + j;
+    hist[j] = r >= 0 ? x[static_cast<int64_t>(t0 + r) * x_stride + c]
+                     : (pos0 == 0 ? 0.f : st[static_cast<int64_t>(K - 1 + r) * C]);
+  }
+#pragma unroll 4
+  for (int t = b; t < e; ++t) {
+    const float xin = x[static_cast<int64_t>(t0 + t) * x_stride + c];
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) acc += wr[j] * hist[j];
+    acc += wr[K - 1] * xin;
+    out[static_cast<int64_t>(t0 + t) * C + c] = silu(acc);
+    if constexpr (K > 1) {
+#pragma unroll
+      for (int j = 0; j < K - 2; ++j) hist[j] = hist[j + 1];
+      hist[K - 2] = xin;
+    }
+  }
+  if (blockIdx.y != 0) return;
+  // The new state is the run's last K-1 inputs: hist itself when slice 0 covered the whole run
+  // (then it already mixes old state and new rows for n < K-1); else rows n-K+1.. of x (n > K-1).
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j)
+    st[static_cast<int64_t>(j) * C] = e == n ? hist[j] : x[static_cast<int64_t>(t0 + n - (K - 1) + j) * x_stride + c];
+}
+
+using conv_fn = void (*)(const float*, int64_t, const float*, int, float*, const int32_t*, float*);
+
+conv_fn conv_kernel_for(int K) {
+  switch (K) {
+    case 1: return dn_conv_kernel<1>;
+    case 2: return dn_conv_kernel<2>;
+    case 3: return dn_conv_kernel<3>;
+    case 4: return dn_conv_kernel<4>;
+    case 5: return dn_conv_kernel<5>;
+    case 6: return dn_conv_kernel<6>;
+    case 7: return dn_conv_kernel<7>;
+    case 8: return dn_conv_kernel<8>;
+    default: return nullptr;
+  }
+}
+
+// Token slices per run: one for decode or an unknown bound; long runs get ~k_conv_slice tokens
+// per thread, with the grid kept small when many runs share the batch (most slices of short runs
+// are empty blocks).
+int conv_slices(const dn_runs& runs) {
+  if (runs.max_tokens <= k_conv_slice) return 1;
+  int y = (runs.max_tokens + k_conv_slice - 1) / k_conv_slice;
+  if (y > k_conv_max_slices) y = k_conv_max_slices;
+  const int cap = runs.n_runs > 256 ? 1 : 256 / runs.n_runs;
+  return y < cap ? y : cap;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise and per-row kernels.
+
+__global__ void dn_gates_kernel(const float* __restrict__ a, const float* __restrict__ b,
+                                const float* __restrict__ a_decay, const float* __restrict__ dt_bias, int64_t n,
+                                int Hv, float* __restrict__ g, float* __restrict__ beta) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int h = static_cast<int>(i % Hv);
+    beta[i] = sigmoid(b[i]);
+    g[i] = a_decay[h] * softplus(a[i] + dt_bias[h]);
+  }
+}
+
+constexpr int k_row_warps = 8;  // warps (rows) per block of the per-row kernels
+
+__global__ void __launch_bounds__(k_row_warps * 32)
+    l2_norm_heads_kernel(float* x, int64_t n, int n_heads, int d, int64_t row_stride, float eps) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * k_row_warps + threadIdx.x / 32;
+  if (r >= n) return;  // whole warps leave together
+  const int lane = threadIdx.x % 32;
+  float* row = x + (r / n_heads) * row_stride + (r % n_heads) * d;
+  float ss = 0.f;
+  for (int i = lane; i < d; i += 32) ss = fmaf(row[i], row[i], ss);
+  const float inv = 1.f / sqrtf(warp_sum(ss) + eps);
+  for (int i = lane; i < d; i += 32) row[i] *= inv;
+}
+
+__global__ void __launch_bounds__(k_row_warps * 32)
+    rms_norm_gated_kernel(const float* __restrict__ o, const float* __restrict__ w, const float* __restrict__ z,
+                          float* __restrict__ out, int64_t n, int d, float eps) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * k_row_warps + threadIdx.x / 32;
+  if (r >= n) return;
+  const int lane = threadIdx.x % 32;
+  const float* orow = o + r * d;
+  const float* zrow = z + r * d;
+  float ss = 0.f;
+  for (int i = lane; i < d; i += 32) ss = fmaf(orow[i], orow[i], ss);
+  const float inv = 1.f / sqrtf(warp_sum(ss) / static_cast<float>(d) + eps);
+  for (int i = lane; i < d; i += 32) out[r * d + i] = orow[i] * inv * w[i] * silu(zrow[i]);
+}
+
+__global__ void split_q_gate_kernel(const float* __restrict__ qg, int64_t n, int n_head, int D, float* __restrict__ q,
+                                    float* __restrict__ gate) {
+  const int64_t per_tok = static_cast<int64_t>(n_head) * D;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t t = i / per_tok, rem = i % per_tok;
+    const int64_t h = rem / D, d = rem % D;
+    const float* src = qg + t * 2 * per_tok + h * 2 * D + d;
+    q[i] = src[0];
+    gate[i] = src[D];
+  }
+}
+
+__global__ void sigmoid_mul_kernel(float* x, const float* __restrict__ gate, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    x[i] *= sigmoid(gate[i]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The gated delta rule. A block of k_rule_warps warps owns one (run, v-head, slice of COLS state
+// columns); each warp owns C columns, lane l rows l*R .. l*R+R-1 of them (R = dk/32), so the
+// slice of S sits in registers for the whole run: read once, written once. The reductions over dk
+// are warp shuffles. Token inputs (k, q, the slice's v, exp(g), beta) are staged NT tokens at a
+// time in shared memory, so their load latency is paid once per NT tokens.
+constexpr int k_rule_warps = 4;
+
+template <int R>
+struct rule_cfg {
+  static constexpr int DK = 32 * R;
+  static constexpr int C = R <= 4 ? 8 : 4;  // columns per warp: R*C state floats per lane
+  static constexpr int LOG_C = C == 8 ? 3 : 2;
+  static constexpr int COLS = k_rule_warps * C;
+  static constexpr int NT = R <= 4 ? 32 : 16;  // staged tokens: 2*NT*DK floats <= 32 KiB
+};
+
+// Sums each p[c] over the warp, leaving the total of column c = lane >> (5 - log2 C) in every
+// lane: halving exchanges over the top lane bits (C-1 shuffles) then a butterfly over the rest,
+// C-1 + 5-log2(C) shuffles instead of 5*C. p is clobbered.
+template <int C>
+__device__ __forceinline__ float reduce_scatter(float (&p)[C], int lane) {
+#pragma unroll
+  for (int half = C / 2, mask = 16; half >= 1; half /= 2, mask /= 2) {
+    const bool upper = (lane & mask) != 0;
+#pragma unroll
+    for (int i = 0; i < half; ++i) {
+      const float send = upper ? p[i] : p[i + half];
+      const float keep = upper ? p[i + half] : p[i];
+      p[i] = keep + __shfl_xor_sync(k_full, send, mask);
+    }
+  }
+  float v = p[0];
+#pragma unroll
+  for (int mask = 16 / C; mask > 0; mask /= 2) v += __shfl_xor_sync(k_full, v, mask);
+  return v;
+}
+
+// R consecutive floats of shared memory (16- or 8-byte aligned when R allows the vector load).
+template <int R>
+__device__ __forceinline__ void load_row(const float* p, float (&r)[R]) {
+  if constexpr (R % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < R / 4; ++i) {
+      const float4 v = reinterpret_cast<const float4*>(p)[i];
+      r[4 * i] = v.x, r[4 * i + 1] = v.y, r[4 * i + 2] = v.z, r[4 * i + 3] = v.w;
+    }
+  } else if constexpr (R % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < R / 2; ++i) {
+      const float2 v = reinterpret_cast<const float2*>(p)[i];
+      r[2 * i] = v.x, r[2 * i + 1] = v.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < R; ++i) r[i] = p[i];
+  }
+}
+
+// One token on the warp's columns: kv = S^T k with S decayed (eg * (S^T k)), d = beta (v - kv),
+// S = eg S + k d^T, returns o = S^T q (q already scaled) for the lane's column.
+template <int R, int C, int LOG_C>
+__device__ __forceinline__ float rule_step(float (&s)[R][C], const float* kp, const float* qp, float v, float eg,
+                                           float beta, int lane) {
+  float kr[R], qr[R], p[C];
+  load_row<R>(kp, kr);
+  load_row<R>(qp, qr);
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    p[c] = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) p[c] = fmaf(s[r][c], kr[r], p[c]);
+  }
+  const float d = beta * (v - eg * reduce_scatter<C>(p, lane));
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const float dc = __shfl_sync(k_full, d, c << (5 - LOG_C));  // column c's delta
+    p[c] = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      s[r][c] = fmaf(s[r][c], eg, kr[r] * dc);
+      p[c] = fmaf(s[r][c], qr[r], p[c]);
+    }
+  }
+  return reduce_scatter<C>(p, lane);
+}
+
+// Stages tokens [row0, row0 + nt) of the block's head: k and q (scaled) rows of the k-head, v of
+// the block's columns, exp(g) and beta.
+template <int R>
+__device__ __forceinline__ void stage_tokens(const dn_rule_args& a, int64_t row0, int nt, int kh, int h, int j0,
+                                             float scale, float* sk, float* sq, float* sv, float* sg, float* sb) {
+  using cfg = rule_cfg<R>;
+  constexpr int DK = cfg::DK, COLS = cfg::COLS;
+  const float* kb = a.k + static_cast<int64_t>(kh) * DK;
+  const float* qb = a.q + static_cast<int64_t>(kh) * DK;
+#pragma unroll 4
+  for (int e = threadIdx.x; e < nt * DK; e += k_rule_warps * 32) {
+    const int tok = e / DK, i = e % DK;
+    const int64_t off = (row0 + tok) * a.qk_stride + i;
+    sk[e] = kb[off];
+    sq[e] = qb[off] * scale;
+  }
+  const float* vb = a.v + static_cast<int64_t>(h) * a.dv + j0;
+  for (int e = threadIdx.x; e < nt * COLS; e += k_rule_warps * 32) {
+    const int tok = e / COLS, j = e % COLS;
+    sv[e] = vb[(row0 + tok) * a.v_stride + j];
+  }
+  if (static_cast<int>(threadIdx.x) < nt) {
+    const int64_t gi = (row0 + threadIdx.x) * a.Hv + h;
+    sg[threadIdx.x] = expf(a.g[gi]);
+    sb[threadIdx.x] = a.beta[gi];
+  }
+}
+
+template <int R>
+__global__ void __launch_bounds__(k_rule_warps * 32) dn_rule_kernel(const dn_rule_args a, const int32_t* runs) {
+  using cfg = rule_cfg<R>;
+  constexpr int DK = cfg::DK, C = cfg::C, LOG_C = cfg::LOG_C, COLS = cfg::COLS, NT = cfg::NT;
+  __shared__ __align__(16) float sk[NT * DK];
+  __shared__ __align__(16) float sq[NT * DK];
+  __shared__ float sv[NT * COLS];
+  __shared__ float sg[NT], sb[NT];
+  const int32_t* run = runs + 4 * blockIdx.z;
+  const int t0 = run[0], n = run[1], slot = run[2], pos0 = run[3];
+  if (n <= 0) return;  // the whole block
+  const int h = blockIdx.y, kh = h % a.Hk;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int j0 = blockIdx.x * COLS, jw = j0 + warp * C;
+  // This lane's rows of the warp's columns; a run from position 0 starts from zero, not the slot.
+  float* S = a.S + (static_cast<int64_t>(slot) * a.Hv + h) * DK * a.dv + static_cast<int64_t>(lane) * R * a.dv + jw;
+  float s[R][C];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c) s[r][c] = pos0 == 0 ? 0.f : S[static_cast<int64_t>(r) * a.dv + c];
+  const float scale = 1.f / sqrtf(static_cast<float>(DK));
+  const int col = lane >> (5 - LOG_C);                       // the column reduce_scatter leaves here
+  const bool writer = (lane & ((32 >> LOG_C) - 1)) == 0;     // one lane per column writes o
+  float* out = a.out + static_cast<int64_t>(h) * a.dv + jw + col;
+  for (int c0 = 0; c0 < n; c0 += NT) {
+    const int nt = min(NT, n - c0);
+    if (c0 > 0) __syncthreads();  // the previous chunk is consumed
+    stage_tokens<R>(a, static_cast<int64_t>(t0) + c0, nt, kh, h, j0, scale, sk, sq, sv, sg, sb);
+    __syncthreads();
+    for (int tt = 0; tt < nt; ++tt) {
+      const float o = rule_step<R, C, LOG_C>(s, sk + tt * DK + lane * R, sq + tt * DK + lane * R,
+                                             sv[tt * COLS + warp * C + col], sg[tt], sb[tt], lane);
+      if (writer) out[(static_cast<int64_t>(t0) + c0 + tt) * a.Hv * a.dv] = o;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c) S[static_cast<int64_t>(r) * a.dv + c] = s[r][c];
+}
+
+template <int R>
+cudaError_t launch_rule(const dn_rule_args& a, const dn_runs& runs, cudaStream_t stream) {
+  using cfg = rule_cfg<R>;
+  if (a.dv % cfg::COLS != 0) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(a.dv / cfg::COLS), static_cast<unsigned>(a.Hv),
+                  static_cast<unsigned>(runs.n_runs));
+  dn_rule_kernel<R><<<grid, k_rule_warps * 32, 0, stream>>>(a, runs.runs);
+  return cudaGetLastError();
+}
+
+bool valid_runs(const dn_runs& runs) {
+  return runs.n_runs >= 0 && runs.n_runs <= 65535 && (runs.n_runs == 0 || runs.runs != nullptr);
+}
+
+}  // namespace
+
+cudaError_t launch_dn_conv(const float* x, int64_t x_stride, const float* w, int C, int K, float* conv_state,
+                           dn_runs runs, float* out, cudaStream_t stream) {
+  const conv_fn kernel = conv_kernel_for(K);
+  if (kernel == nullptr || C <= 0 || x_stride < C || !valid_runs(runs)) return cudaErrorInvalidValue;
+  if (runs.n_runs == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>((C + k_conv_threads - 1) / k_conv_threads),
+                  static_cast<unsigned>(conv_slices(runs)), static_cast<unsigned>(runs.n_runs));
+  kernel<<<grid, k_conv_threads, 0, stream>>>(x, x_stride, w, C, conv_state, runs.runs, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_dn_gates(const float* a, const float* b, const float* a_decay, const float* dt_bias, int T, int Hv,
+                            float* g, float* beta, cudaStream_t stream) {
+  if (T < 0 || Hv <= 0) return cudaErrorInvalidValue;
+  const int64_t n = static_cast<int64_t>(T) * Hv;
+  if (n == 0) return cudaSuccess;
+  dn_gates_kernel<<<grid_for(n), k_threads, 0, stream>>>(a, b, a_decay, dt_bias, n, Hv, g, beta);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_l2_norm_heads(float* x, int64_t n_rows, int n_heads, int d, int64_t row_stride, float eps,
+                                 cudaStream_t stream) {
+  const int64_t n = n_rows * n_heads;
+  const int64_t blocks = (n + k_row_warps - 1) / k_row_warps;
+  if (n_rows < 0 || n_heads <= 0 || d <= 0 || blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  l2_norm_heads_kernel<<<static_cast<unsigned>(blocks), k_row_warps * 32, 0, stream>>>(x, n, n_heads, d, row_stride,
+                                                                                         eps);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_dn_rule(const dn_rule_args& a, dn_runs runs, cudaStream_t stream) {
+  if (a.Hk <= 0 || a.Hv <= 0 || a.Hv > 65535 || a.dv <= 0 || a.dv % 32 != 0 || a.dk % 32 != 0 || !valid_runs(runs))
+    return cudaErrorInvalidValue;
+  if (runs.n_runs == 0) return cudaSuccess;
+  switch (a.dk / 32) {
+    case 1: return launch_rule<1>(a, runs, stream);
+    case 2: return launch_rule<2>(a, runs, stream);
+    case 3: return launch_rule<3>(a, runs, stream);
+    case 4: return launch_rule<4>(a, runs, stream);
+    case 5: return launch_rule<5>(a, runs, stream);
+    case 6: return launch_rule<6>(a, runs, stream);
+    case 7: return launch_rule<7>(a, runs, stream);
+    case 8: return launch_rule<8>(a, runs, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launch_rms_norm_gated(const float* o, const float* w, const float* z, float* out, int64_t n, int d,
+                                  float eps, cudaStream_t stream) {
+  const int64_t blocks = (n + k_row_warps - 1) / k_row_warps;
+  if (n < 0 || d <= 0 || blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  rms_norm_gated_kernel<<<static_cast<unsigned>(blocks), k_row_warps * 32, 0, stream>>>(o, w, z, out, n, d, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_split_q_gate(const float* qg, int T, int n_head, int D, float* q, float* gate,
+                                cudaStream_t stream) {
+  if (T < 0 || n_head <= 0 || D <= 0) return cudaErrorInvalidValue;
+  const int64_t n = static_cast<int64_t>(T) * n_head * D;
+  if (n == 0) return cudaSuccess;
+  split_q_gate_kernel<<<grid_for(n), k_threads, 0, stream>>>(qg, n, n_head, D, q, gate);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_sigmoid_mul(float* x, const float* gate, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
+  sigmoid_mul_kernel<<<grid_for(n), k_threads, 0, stream>>>(x, gate, n);
+  return cudaGetLastError();
+}
+
+}  // namespace tandem
