@@ -1,8 +1,9 @@
 // `tandem-model bench --model F.gguf -p 512,2048 -n 128 -r 3 [--kv f16|q8_0] [--devices 0,1 [--ratios R]]
 // [--json] [--profile]`. Prefill test ppN: one
 // forward of N tokens from an empty cache. Decode test tgN: N single-token forwards from an empty
-// cache, greedy on the GPU. Decode is set against the device-to-device copy bandwidth (weight bytes
-// per token × t/s), prefill against the cuBLAS fp16 GEMM rate (2·params·N + attention FLOPs).
+// cache, greedy on the GPU. Decode is set against the device-to-device copy bandwidth ((weight bytes
+// + recurrent state bytes read and written) per token × t/s), prefill against the cuBLAS fp16 GEMM
+// rate (2·params·N + attention FLOPs + DeltaNet rule FLOPs).
 #include "bench_cmd.h"
 
 #include <chrono>
@@ -133,7 +134,8 @@ model_counts count_model(const model_desc& d) {
   c.matrix_params += d.output->n_elements;
   for (const auto& l : d.layers)
     for (const gguf_tensor* t : {l.attn_norm, l.wq, l.wk, l.wv, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.wo,
-                                 l.ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down}) {
+                                 l.dn_qkv, l.dn_gate, l.dn_conv, l.dn_dt_bias, l.dn_a, l.dn_beta, l.dn_alpha,
+                                 l.dn_norm, l.dn_out, l.ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down}) {
       if (!t) continue;
       c.file_bytes += t->n_bytes, c.params += t->n_elements;
       if (t->n_dims == 2) c.matrix_params += t->n_elements;
@@ -165,7 +167,7 @@ void profile_report(const cuda_step_profile& p, const std::string& test, int64_t
 
 // The lines above the table: device, split, upload rate, ceilings (when measured), bytes/token.
 void print_preamble(const cuda_load_stats& ls, const std::string& split_text, const device_ceilings* ceil,
-                    uint64_t bytes_per_token) {
+                    uint64_t bytes_per_token, uint64_t state_bytes_per_token) {
   std::printf("device: %s\n", ls.device_name.c_str());
   std::printf("split: %s\n", split_text.c_str());
   std::printf("upload: %.2f GB in %.2f s (%.2f GB/s through pinned staging)\n", ls.bytes / 1e9, ls.seconds,
@@ -173,7 +175,11 @@ void print_preamble(const cuda_load_stats& ls, const std::string& split_text, co
   if (ceil)
     std::printf("ceilings: copy %.0f GB/s (read+write, %zu MiB buffer), cuBLAS fp16 GEMM %.0f TFLOP/s (%d^3)\n",
                 ceil->copy_gbps, ceil->copy_bytes >> 20, ceil->gemm_tflops, ceil->gemm_size);
-  std::printf("decode reads %.3f GB of weights per token\n\n", bytes_per_token / 1e9);
+  if (state_bytes_per_token > 0)
+    std::printf("decode reads %.3f GB of weights and reads + writes %.3f GB of recurrent state per token\n\n",
+                bytes_per_token / 1e9, state_bytes_per_token / 1e9);
+  else
+    std::printf("decode reads %.3f GB of weights per token\n\n", bytes_per_token / 1e9);
   std::printf("| %-28s | %13s | %10s | %-7s | %-4s | %7s | %20s | %-19s |\n", "model", "size", "params", "backend",
               "kv", "test", "t/s", "of ceiling");
   std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(15, '-').c_str(),
@@ -234,9 +240,12 @@ void run_bench(const bench_options& o) {
     run_prefill(*be, **cache, p, 1);  // warm-up: cuBLAS heuristics, buffer growth
     std::vector<double> tps;
     for (int r = 0; r < o.reps; ++r) tps.push_back(p / run_prefill(*be, **cache, p, 2 + r));
-    // Causal attention: Q·Kᵀ and P·V over p²/2 pairs per head and layer.
+    // Causal attention: Q·Kᵀ and P·V over p²/2 pairs per head and attention layer. The DeltaNet
+    // rule: per token, head and state element a decay, Sᵀk, the update and Sᵀq (about 8 FLOPs).
+    const delta_net_shape dn = delta_net_of(hp);
     const double flops = 2.0 * double(matrix_params) * p +
-                         4.0 * hp.n_layer * double(hp.n_head) * hp.head_dim * double(p) * p / 2;
+                         4.0 * hp.n_attention_layers() * double(hp.n_head) * hp.head_dim * double(p) * p / 2 +
+                         8.0 * hp.n_delta_net_layers() * double(dn.ssm_state_floats()) * p;
     const double rate = flops / (p / stats_of(tps).mean) / 1e12;
     row("pp" + std::to_string(p), tps, ceil.gemm_tflops > 0 ? rate / ceil.gemm_tflops : -1, "fp16 GEMM");
   }
@@ -248,7 +257,8 @@ void run_bench(const bench_options& o) {
     std::vector<double> tps;
     for (int r = 0; r < o.reps; ++r) tps.push_back(n / run_decode(*be, **cache, n, 11 + r));
     if (o.profile) profile_report(profile, "tg" + std::to_string(n), int64_t(n) * o.reps, profile_lines, profiles);
-    const double gbps = double(be->weight_bytes_per_token()) * stats_of(tps).mean / 1e9;
+    const double bytes = double(be->weight_bytes_per_token() + be->state_bytes_per_token());
+    const double gbps = bytes * stats_of(tps).mean / 1e9;
     row("tg" + std::to_string(n), tps, ceil.copy_gbps > 0 ? gbps / ceil.copy_gbps : -1, "copy BW");
   }
 
@@ -258,12 +268,14 @@ void run_bench(const bench_options& o) {
                         {"upload", {{"bytes", ls.bytes}, {"seconds", ls.seconds}, {"gb_per_s", ls.bytes / ls.seconds / 1e9}}},
                         {"ceilings", {{"copy_gb_per_s", ceil.copy_gbps}, {"gemm_fp16_tflops", ceil.gemm_tflops}}},
                         {"weight_bytes_per_token", be->weight_bytes_per_token()},
+                        {"state_bytes_per_token", be->state_bytes_per_token()},
                         {"results", results}};
     if (o.profile) j["profile"] = profiles;
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  print_preamble(ls, split_text, o.no_ceilings ? nullptr : &ceil, be->weight_bytes_per_token());
+  print_preamble(ls, split_text, o.no_ceilings ? nullptr : &ceil, be->weight_bytes_per_token(),
+                 be->state_bytes_per_token());
   for (const auto& l : lines) std::printf("%s\n", l.c_str());
   for (const auto& l : profile_lines) std::printf("%s\n", l.c_str());
 }

@@ -1,8 +1,8 @@
-// CUDA forward pass for the llama / qwen2 / qwen3 family on one GPU, mirroring the CPU reference
-// (backend/cpu/cpu_backend.cpp) op for op. Decode-sized batches use the quantized mat-vec
+// CUDA forward pass for the llama / qwen2 / qwen3 / qwen35 family on one GPU, mirroring the CPU
+// reference (backend/cpu/cpu_backend.cpp) op for op. Decode-sized batches use the quantized mat-vec
 // kernels; larger ones dequantize weight tiles to fp16 and run cuBLAS GEMMs. Attention: long runs
 // of one sequence's tokens go through cuBLAS (Q·Kᵀ, causal softmax, P·V); the rest through the
-// split-K paged kernel.
+// split-K paged kernel. qwen35's DeltaNet layers are in cuda_hybrid_block.cpp.
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -10,13 +10,7 @@
 #include <cstring>
 #include <initializer_list>
 
-#include "backend/cuda/cuda_batch_plan.h"
-#include "backend/cuda/cuda_collective.h"
-#include "backend/cuda/cuda_context.h"
-#include "backend/cuda/cuda_graph_cache.h"
-#include "backend/cuda/cuda_profile.h"
-#include "backend/cuda/cuda_stage.h"
-#include "backend/cuda/cuda_weights.h"
+#include "backend/cuda/cuda_backend_impl.h"
 #include "kernels/attention.h"
 #include "kernels/cuda_check.h"
 #include "kernels/dequant.h"
@@ -29,180 +23,60 @@ namespace {
 constexpr size_t k_attention_budget = 256ull << 20;  // scores + probabilities of one GEMM chunk
 constexpr int64_t k_weight_tile_elems = 64ll << 20;  // fp16 weight elements dequantized at once
 
-// K and V in device memory: [layer][slot][kv head][head_dim] of f16 or f32, or for q8_0 each
-// slot's n_head_kv·head_dim values as blocks of 32 (34 bytes each), as the CPU cache stores them.
-class cuda_kv_cache final : public kv_cache {
- public:
-  // Holds layers [layer_begin, layer_end): a device of a layer split keeps only its own.
-  cuda_kv_cache(const kv_cache_config& cfg, const hparams& hp, const cuda_backend_api* owner, uint32_t layer_begin,
-                uint32_t layer_end)
-      : kv_cache(cfg),
-        owner_(owner),
-        layer_bytes_(row_bytes_of(cfg.type, uint64_t{hp.n_head_kv} * hp.head_dim) * n_slots()),
-        layer_begin_(layer_begin),
-        n_layer_(layer_end - layer_begin) {}
-  static uint64_t row_bytes_of(ggml_type t, uint64_t elems) {
-    if (t == ggml_type::q8_0) return elems / 32 * 34;
-    return elems * (t == ggml_type::f16 ? 2 : 4);
-  }
+}  // namespace
 
-  status init() {
-    TANDEM_TRY(k_.alloc(layer_bytes_ * n_layer_));
-    return v_.alloc(layer_bytes_ * n_layer_);
-  }
-  uint64_t bytes() const override { return 2 * layer_bytes_ * n_layer_; }
-  void* k_layer(uint32_t il) const { return k_.get<uint8_t>() + (il - layer_begin_) * layer_bytes_; }
-  void* v_layer(uint32_t il) const { return v_.get<uint8_t>() + (il - layer_begin_) * layer_bytes_; }
-  const cuda_backend_api* owner() const { return owner_; }
+cuda_backend::cuda_backend(const model_desc& desc, std::unique_ptr<cuda_context> ctx, const weight_range& range)
+    : desc_(desc), ctx_(std::move(ctx)), range_(range), hp_(desc.hp) {
+  range_.layer_end = std::min(range_.layer_end, desc_.hp.n_layer);
+  // A tensor split's device computes only its heads and FFN columns: hp_ counts those.
+  const uint32_t grp = desc.hp.n_head / desc.hp.n_head_kv;
+  const uint32_t kb = std::min(range_.kv_head_begin, desc.hp.n_head_kv);
+  hp_.n_head_kv = std::max(kb, std::min(range_.kv_head_end, desc.hp.n_head_kv)) - kb;
+  hp_.n_head = hp_.n_head_kv * grp;
+  const uint64_t fb = std::min<uint64_t>(range_.ffn_begin, desc.hp.n_ff);
+  hp_.n_ff = uint32_t(std::max(fb, std::min<uint64_t>(range_.ffn_end, desc.hp.n_ff)) - fb);
+}
 
- private:
-  const cuda_backend_api* owner_;
-  uint64_t layer_bytes_;
-  uint32_t layer_begin_, n_layer_;
-  device_buffer k_, v_;
-};
-
-class cuda_backend final : public cuda_stage {
- public:
-  cuda_backend(const model_desc& desc, std::unique_ptr<cuda_context> ctx, const weight_range& range)
-      : desc_(desc), ctx_(std::move(ctx)), range_(range), hp_(desc.hp) {
-    range_.layer_end = std::min(range_.layer_end, desc_.hp.n_layer);
-    // A tensor split's device computes only its heads and FFN columns: hp_ counts those.
-    const uint32_t grp = desc.hp.n_head / desc.hp.n_head_kv;
-    const uint32_t kb = std::min(range_.kv_head_begin, desc.hp.n_head_kv);
-    hp_.n_head_kv = std::max(kb, std::min(range_.kv_head_end, desc.hp.n_head_kv)) - kb;
-    hp_.n_head = hp_.n_head_kv * grp;
-    const uint64_t fb = std::min<uint64_t>(range_.ffn_begin, desc.hp.n_ff);
-    hp_.n_ff = uint32_t(std::max(fb, std::min<uint64_t>(range_.ffn_end, desc.hp.n_ff)) - fb);
-  }
-  ~cuda_backend() override {
-    if (done_) TANDEM_CUDA_LOG(cudaEventDestroy(done_));
-  }
-
-  status init(const cuda_backend_options& opt) {
-    const char* env = std::getenv("TANDEM_CUDA_GRAPHS");
-    // Profiling records an event between launch groups: no graphs then (and no launch overlap).
-    profile_ = opt.profile;
-    use_graphs_ = opt.graphs && !profile_ && !(env && std::string_view(env) == "0");
-    const char* head = std::getenv("TANDEM_CUDA_HEAD_INT8");
-    head_int8_ = head && std::string_view(head) == "1";
-    const char* head_float = std::getenv("TANDEM_CUDA_HEAD_FLOAT");
-    head_float_ = head_float && std::string_view(head_float) == "1";
-    TANDEM_TRY(upload_weights(desc_, *ctx_, opt.staging_bytes, range_, w_, stats_));
-    TANDEM_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-    bytes_per_token_ = range_.head ? desc_.output->n_bytes : 0;
-    int64_t largest = range_.head ? desc_.output->dims[0] * 256 : 0;
-    for (uint32_t il = range_.layer_begin; il < range_.layer_end; ++il) {
-      const device_layer& L = w_.layers[il];
-      for (const device_matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) {
-        bytes_per_token_ += m->row_bytes * uint64_t(m->n_out);
-        largest = std::max<int64_t>(largest, m->n_in * m->n_out);
-      }
+status cuda_backend::init(const cuda_backend_options& opt) {
+  const char* env = std::getenv("TANDEM_CUDA_GRAPHS");
+  // Profiling records an event between launch groups: no graphs then (and no launch overlap).
+  profile_ = opt.profile;
+  use_graphs_ = opt.graphs && !profile_ && !(env && std::string_view(env) == "0");
+  const char* head = std::getenv("TANDEM_CUDA_HEAD_INT8");
+  head_int8_ = head && std::string_view(head) == "1";
+  const char* head_float = std::getenv("TANDEM_CUDA_HEAD_FLOAT");
+  head_float_ = head_float && std::string_view(head_float) == "1";
+  TANDEM_TRY(upload_weights(desc_, *ctx_, opt.staging_bytes, range_, w_, stats_));
+  TANDEM_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  bytes_per_token_ = range_.head ? desc_.output->n_bytes : 0;
+  int64_t largest = range_.head ? desc_.output->dims[0] * 256 : 0;
+  for (uint32_t il = range_.layer_begin; il < range_.layer_end; ++il) {
+    const device_layer& L = w_.layers[il];
+    for (const device_matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down, &L.dn_qkv, &L.dn_gate,
+                                   &L.dn_beta, &L.dn_alpha, &L.dn_out}) {
+      bytes_per_token_ += m->row_bytes * uint64_t(m->n_out);
+      largest = std::max<int64_t>(largest, m->n_in * m->n_out);
     }
-    return weight_tile_.alloc(std::min(largest, k_weight_tile_elems) * sizeof(uint16_t));
   }
+  // A decode token reads and writes its sequence's whole recurrent state in every DeltaNet layer.
+  const recurrent_layout rec = cuda_kv_cache::recurrent_of(hp_, range_.layer_begin, range_.layer_end);
+  state_bytes_per_token_ = 2 * rec.floats_per_seq() * sizeof(float);
+  return weight_tile_.alloc(std::min(largest, k_weight_tile_elems) * sizeof(uint16_t));
+}
 
-  std::string_view name() const override { return "cuda"; }
-  const model_desc& model() const override { return desc_; }
-  const cuda_load_stats& load_stats() const override { return stats_; }
-  uint64_t weight_bytes_per_token() const override { return bytes_per_token_; }
-  uint64_t graph_replays() const override { return graphs_.replays(); }
-
-  result<std::unique_ptr<kv_cache>> make_cache(const kv_cache_config& cfg) override {
-    auto c = normalize_kv_config(cfg);
-    if (!c) return c.err();
-    if (c->type != ggml_type::f16 && c->type != ggml_type::f32 && c->type != ggml_type::q8_0)
-      return make_error("KV cache type ", type_name(c->type),
-                        " is not supported by the CUDA backend (use F16, F32 or Q8_0)");
-    if (c->type == ggml_type::q8_0 && desc_.hp.head_dim % 32 != 0)
-      return make_error("KV cache type Q8_0 needs the head size (", desc_.hp.head_dim, ") to be a multiple of 32");
-    TANDEM_TRY(ctx_->activate());
-    auto cache = std::make_unique<cuda_kv_cache>(*c, hp_, this, range_.layer_begin, range_.layer_end);
-    TANDEM_TRY(cache->init());
-    return std::unique_ptr<kv_cache>(std::move(cache));
-  }
-
-  status forward(const batch& b, kv_cache& cache, std::vector<float>& logits) override {
-    TANDEM_TRY(run(b, cache, false));
-    return copy_out(&logits, nullptr);
-  }
-
-  status forward_argmax(const batch& b, kv_cache& cache, std::vector<int32_t>& ids) override {
-    TANDEM_TRY(run(b, cache, true));
-    return copy_out(nullptr, &ids);
-  }
-
- private:
-  // Validates and plans the batch, then enqueues its forward pass (and, with argmax, the argmax
-  // of each logits row into ids_); decode-sized steps replay as captured graphs.
-  status run(const batch& b, kv_cache& cache_base, bool argmax);
-
- public:
-  status run_stage(const batch& b, const kv_cache& book, kv_cache& part, const input& in, bool argmax) override;
-  status prepare_stage(const batch& b, const kv_cache& book) override {
-    TANDEM_TRY(ctx_->activate());
-    return prepare(b, book);
-  }
-  status launch_stage(kv_cache& part, bool argmax) override;
-  void set_collective(cuda_collective* comm, int lead_rank) override { comm_ = comm, lead_rank_ = lead_rank; }
-  cudaStream_t stream() const override { return ctx_->stream(); }
-  const float* hidden() const override { return x_.get<float>(); }
-  cudaEvent_t done() const override { return done_; }
-  int device() const override { return ctx_->device(); }
-  status copy_out(std::vector<float>* logits, std::vector<int32_t>* ids) override;
-
- private:
-  status prepare(const batch& b, const kv_cache& book);
-  status launch_step(cuda_kv_cache& cache, bool argmax);
-  status enqueue(cuda_kv_cache& cache, bool argmax);
-  graph_key step_key(const cuda_kv_cache& cache, bool argmax) const;
-  status ensure_scratch(int n_tok);
-  status layer(uint32_t il, cuda_kv_cache& cache);
-  status attention_block(uint32_t il, cuda_kv_cache& cache);
-  status ffn_block(uint32_t il);
-  status clear_partial();
-  status reduce_partial();
-  bool adds_residual() const { return !comm_ || range_.embedding; }
-  status attention(uint32_t il, cuda_kv_cache& cache, bool quantize_out = false);
-  status attention_gemm(uint32_t il, cuda_kv_cache& cache, const token_run& r);
-  status matmul(const device_matrix& w, const float* x, int n_tok, float* y);
-  status output_head(const float* x, int n_tok, float* y);
-  struct matmul_job {
-    const device_matrix* w;
-    float* y;
-  };
-  status matmul_fused(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add);
-  bool matvec_ready(std::initializer_list<const device_matrix*> ws, int n_tok) const;
-  status matvec_quantized(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add);
-  const int32_t* dev_ints(size_t off) const { return ints_.get<int32_t>() + off; }
-
-  model_desc desc_;
-  std::unique_ptr<cuda_context> ctx_;
-  device_weights w_;
-  cuda_load_stats stats_;
-  uint64_t bytes_per_token_ = 0;
-  batch_plan plan_;
-  pinned_buffer ints_host_;
-  device_buffer ints_, ids_;
-  // Activations: residual x, normed xn, q/k/v, attention output, tmp, FFN gate/up, fp16 copies.
-  device_buffer x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, xh_, xo_, logits_;
-  device_buffer weight_tile_, qh_, kh_, vh_, scores_, probs_, attn_work_;
-  device_buffer matvec_work_;  // int8 copy of a mat-vec's x (launch_matvec's workspace)
-  int scratch_tokens_ = 0;
-  cuda_graph_cache graphs_;
-  bool use_graphs_ = true;
-  bool head_int8_ = false;   // TANDEM_CUDA_HEAD_INT8=1: the head reads the int8 copy of x
-  bool head_float_ = false;  // TANDEM_CUDA_HEAD_FLOAT=1: the head reads x as floats
-  cuda_step_profile* profile_ = nullptr;  // bench --profile: times per launch group
-  status mark(const char* label) { return profile_ ? profile_->mark(label, ctx_->stream()) : status{}; }
-  weight_range range_;
-  hparams hp_;  // the model's, with this device's share of heads and FFN columns
-  cudaEvent_t done_ = nullptr;  // recorded after each step (layer split hand-over)
-  // Tensor split: sums the partial outputs of attention and FFN over the devices; the lead
-  // (range_.embedding) adds them to the residual stream and broadcasts the embeddings.
-  cuda_collective* comm_ = nullptr;
-  int lead_rank_ = 0;
-};
+result<std::unique_ptr<kv_cache>> cuda_backend::make_cache(const kv_cache_config& cfg) {
+  auto c = normalize_kv_config(cfg);
+  if (!c) return c.err();
+  if (c->type != ggml_type::f16 && c->type != ggml_type::f32 && c->type != ggml_type::q8_0)
+    return make_error("KV cache type ", type_name(c->type),
+                      " is not supported by the CUDA backend (use F16, F32 or Q8_0)");
+  if (c->type == ggml_type::q8_0 && desc_.hp.head_dim % 32 != 0)
+    return make_error("KV cache type Q8_0 needs the head size (", desc_.hp.head_dim, ") to be a multiple of 32");
+  TANDEM_TRY(ctx_->activate());
+  auto cache = std::make_unique<cuda_kv_cache>(*c, hp_, this, ctx_.get(), range_.layer_begin, range_.layer_end);
+  TANDEM_TRY(cache->init());
+  return std::unique_ptr<kv_cache>(std::move(cache));
+}
 
 status cuda_backend::run(const batch& b, kv_cache& cache_base, bool argmax) {
   auto* cache = dynamic_cast<cuda_kv_cache*>(&cache_base);
@@ -210,8 +84,10 @@ status cuda_backend::run(const batch& b, kv_cache& cache_base, bool argmax) {
   if (b.size() > static_cast<size_t>(k_cuda_max_batch))
     return make_error("batch of ", b.size(), " tokens exceeds the CUDA backend's limit of ", k_cuda_max_batch);
   TANDEM_TRY(ctx_->activate());
+  state_cache_ = nullptr;
   TANDEM_TRY(reserve_batch(b, *cache, desc_.hp.n_vocab));
   TANDEM_TRY(prepare(b, *cache));
+  begin_states(b, *cache);
   return launch_step(*cache, argmax);
 }
 
@@ -300,8 +176,8 @@ graph_key cuda_backend::step_key(const cuda_kv_cache& cache, bool argmax) const 
   return {uint64_t(plan_.n_tok), uint64_t(plan_.n_out), uint64_t(plan_.n_tables), uint64_t(plan_.max_blocks),
           uint64_t(plan_.paged_max_kv), uint64_t(plan_.any_paged), uint64_t(argmax), uint64_t(scratch_tokens_),
           uint64_t(plan_.ints.size()), addr(ints_host_.get()), addr(ints_.get()), addr(xo_.get()),
-          addr(logits_.get()), addr(ids_.get()), addr(attn_work_.get()), addr(cache.k_layer(range_.layer_begin)),
-          addr(cache.v_layer(range_.layer_begin))};
+          addr(logits_.get()), addr(ids_.get()), addr(attn_work_.get()), addr(cache.k_base()), addr(cache.v_base()),
+          addr(cache.state_base()), uint64_t(plan_.n_dn_runs), uint64_t(plan_.dn_max_tokens)};
 }
 
 status cuda_backend::enqueue(cuda_kv_cache& cache, bool argmax) {
@@ -350,8 +226,11 @@ status cuda_backend::ensure_scratch(int n) {
   TANDEM_TRY(v_.alloc(T * KD * f));
   TANDEM_TRY(gate_.alloc(T * F * f));
   TANDEM_TRY(up_.alloc(T * F * f));
-  TANDEM_TRY(xh_.alloc(T * std::max({E, QD, F}) * sizeof(uint16_t)));
-  TANDEM_TRY(matvec_work_.alloc(matvec_work_bytes(int64_t(std::max({E, QD, F})), std::min(n, k_matvec_max_tokens))));
+  // The widest matrix input: E, the attention output, the FFN's, or the DeltaNet's value heads.
+  const size_t widest = std::max({E, QD, F, size_t(delta_net_of(hp).value_dim())});
+  TANDEM_TRY(xh_.alloc(T * widest * sizeof(uint16_t)));
+  TANDEM_TRY(matvec_work_.alloc(matvec_work_bytes(int64_t(widest), std::min(n, k_matvec_max_tokens))));
+  TANDEM_TRY(ensure_hybrid_scratch(n));
   scratch_tokens_ = n;
   return {};
 }
@@ -449,7 +328,11 @@ status cuda_backend::matvec_quantized(std::initializer_list<matmul_job> jobs, co
 // One layer. In a tensor split each device computes its heads' and FFN columns' share of the
 // attention and FFN outputs; the sum over devices is what one GPU would add to x.
 status cuda_backend::layer(uint32_t il, cuda_kv_cache& cache) {
-  TANDEM_TRY(hp_.n_head_kv > 0 ? attention_block(il, cache) : clear_partial());
+  if (hp_.kind(il) == layer_kind::delta_net) {
+    TANDEM_TRY(delta_net_block(il, cache));
+  } else {
+    TANDEM_TRY(hp_.n_head_kv > 0 ? attention_block(il, cache) : clear_partial());
+  }
   TANDEM_TRY(reduce_partial());
   TANDEM_TRY(mark("sum after attention"));
   TANDEM_TRY(hp_.n_ff > 0 ? ffn_block(il) : clear_partial());
@@ -478,17 +361,19 @@ status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
   const int QD = int(hp.n_head) * D, KD = int(hp.n_head_kv) * D;
   float *x = x_.get<float>(), *xn = xn_.get<float>(), *q = q_.get<float>(), *k = k_.get<float>(),
         *v = v_.get<float>();
+  float* wq_out = hybrid() ? qg_.get<float>() : q;  // gated attention: [q, gate] rows, split below
   void* work = matvec_work_.get();
   if (matvec_ready({&L.wq, &L.wk, &L.wv}, T)) {
     TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp.rms_eps, work, s));
     TANDEM_TRY(mark("attention norm"));
-    TANDEM_TRY(matvec_quantized({{&L.wq, q}, {&L.wk, k}, {&L.wv, v}}, xn, T, false));
+    TANDEM_TRY(matvec_quantized({{&L.wq, wq_out}, {&L.wk, k}, {&L.wv, v}}, xn, T, false));
   } else {
     TANDEM_CUDA_TRY(launch_rms_norm(x, L.attn_norm, xn, T, E, hp.rms_eps, s));
     TANDEM_TRY(mark("attention norm"));
-    TANDEM_TRY(matmul_fused({{&L.wq, q}, {&L.wk, k}, {&L.wv, v}}, xn, T, false));
+    TANDEM_TRY(matmul_fused({{&L.wq, wq_out}, {&L.wk, k}, {&L.wv, v}}, xn, T, false));
   }
   TANDEM_TRY(mark("wq wk wv"));
+  if (hybrid()) TANDEM_TRY(split_q_gate(T));
   if (L.bq) {
     TANDEM_CUDA_TRY(launch_add_bias(q, L.bq, T, QD, s));
     TANDEM_CUDA_TRY(launch_add_bias(k, L.bk, T, KD, s));
@@ -517,10 +402,12 @@ status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
                                     dev_ints(plan_.off_slots), T, KD, s));
   }
   TANDEM_TRY(mark("q k norm, rope, kv store"));
-  // Decode steps whose tokens all take the paged kernel get att's int8 copy from it.
-  const bool att_q8 = plan_.runs.empty() && matvec_ready({&L.wo}, T);
+  // Decode steps whose tokens all take the paged kernel get att's int8 copy from it (not when
+  // the output gate changes att afterwards).
+  const bool att_q8 = plan_.runs.empty() && matvec_ready({&L.wo}, T) && !hybrid();
   TANDEM_TRY(attention(il, cache, att_q8));
   TANDEM_TRY(mark("attention"));
+  if (hybrid()) TANDEM_TRY(gate_attention(T));
   if (att_q8) {
     TANDEM_TRY(matvec_quantized({{&L.wo, x}}, att_.get<float>(), T, adds_residual()));  // x += wo·att
   } else {
@@ -634,6 +521,8 @@ status cuda_backend::attention_gemm(uint32_t il, cuda_kv_cache& cache, const tok
   return {};
 }
 
+namespace {
+
 // Checks that the shares cut every KV head and FFN column exactly once, with one lead.
 status check_tensor_shares(const hparams& hp, const cuda_backend_options& opt) {
   const auto& sh = opt.tensor_shares;
@@ -688,6 +577,15 @@ result<std::unique_ptr<cuda_backend_api>> make_cuda_backend(const model_desc& de
     return make_error("CUDA backend: head size ", hp.head_dim, " is not supported (32, 64, 128 or 256)");
   if (hp.n_head % hp.n_head_kv != 0)
     return make_error("CUDA backend: ", hp.n_head, " query heads do not divide into ", hp.n_head_kv, " KV heads");
+  if (hp.hybrid()) {
+    // The recurrent state lives with one device's layers; splits do not carry it yet.
+    if (!opt.tensor_shares.empty() || opt.devices.size() > 1 || opt.layers_per_device.size() > 1)
+      return make_error("CUDA backend: splitting ", desc.arch->name, " over several GPUs is not supported yet");
+    const delta_net_shape dn = delta_net_of(hp);
+    if (dn.k_dim % 32 != 0 || dn.v_dim % 32 != 0 || dn.k_dim > 256 || dn.v_dim > 256)
+      return make_error("CUDA backend: DeltaNet head sizes ", dn.k_dim, " (key) and ", dn.v_dim,
+                        " (value) must be multiples of 32 up to 256");
+  }
   if (opt.profile && (!opt.tensor_shares.empty() || opt.devices.size() > 1 || opt.layers_per_device.size() > 1))
     return make_error("CUDA backend: profiling times one GPU (no layer or tensor split)");
   if (!opt.tensor_shares.empty()) return make_tensor_split(desc, opt);

@@ -1,5 +1,6 @@
-// The CUDA backend on one GPU: weights uploaded once in their GGUF types, KV cache in device
-// memory (f16 or f32), decode through quantized mat-vec kernels and prefill through cuBLAS.
+// The CUDA backend on one GPU: weights uploaded once in their GGUF types, KV cache (and a hybrid
+// model's recurrent state) in device memory, decode through quantized mat-vec kernels and prefill
+// through cuBLAS.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +60,9 @@ class cuda_backend_api : public backend {
   virtual const cuda_load_stats& load_stats() const = 0;
   // Matrix bytes one decode step reads (every layer matrix and the output head).
   virtual uint64_t weight_bytes_per_token() const = 0;
+  // Recurrent state bytes one decode token reads and writes (hybrid models: its sequence's conv
+  // inputs and S in every DeltaNet layer, read once and written once); 0 for attention-only models.
+  virtual uint64_t state_bytes_per_token() const { return 0; }
   // As forward(), but keeps the logits on the GPU and returns each wanted row's argmax
   // (greedy sampling without copying n_vocab floats per token over PCIe).
   virtual status forward_argmax(const batch& b, kv_cache& cache, std::vector<int32_t>& ids) = 0;

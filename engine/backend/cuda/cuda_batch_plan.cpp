@@ -47,6 +47,23 @@ void add_rotations(const batch& b, const hparams& hp, batch_plan& p) {
   }
 }
 
+// The recurrent layers fold each sequence's tokens in order: one run per stretch of rows of one
+// sequence (validate_batch makes that one stretch per sequence).
+void add_dn_runs(const batch& b, const hparams& hp, batch_plan& p) {
+  p.n_dn_runs = 0;
+  p.dn_max_tokens = 0;
+  p.off_dn_runs = p.ints.size();
+  if (!hp.hybrid()) return;
+  for (int t = 0; t < p.n_tok;) {
+    int e = t + 1;
+    while (e < p.n_tok && b.seq_ids[e] == b.seq_ids[t]) ++e;
+    p.ints.insert(p.ints.end(), {t, e - t, b.seq_ids[t], b.positions[t]});
+    ++p.n_dn_runs;
+    p.dn_max_tokens = std::max(p.dn_max_tokens, e - t);
+    t = e;
+  }
+}
+
 }  // namespace
 
 void plan_batch(const batch& b, const kv_cache& cache, const hparams& hp, batch_plan& p) {
@@ -89,6 +106,7 @@ void plan_batch(const batch& b, const kv_cache& cache, const hparams& hp, batch_
       ints[p.off_tables + size_t(i) * p.max_blocks + k] = static_cast<int32_t>(cache.slot(seqs[i], k * bs) / bs);
   }
   find_runs(b, table_of, p);
+  add_dn_runs(b, hp, p);
   add_rotations(b, hp, p);
 }
 

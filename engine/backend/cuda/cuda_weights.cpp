@@ -208,10 +208,16 @@ layer_cut cut_of(const hparams& hp, const weight_range& r) {
           kb == 0 && ke == hp.n_head_kv, fb == 0 && fe == hp.n_ff};
 }
 
-status add_layer(const layer_weights& l, const layer_cut& c, cut_list& m, vector_pack& v) {
+status add_layer(const layer_weights& l, layer_kind kind, const layer_cut& c, cut_list& m, vector_pack& v) {
   v.add(l.attn_norm);
   v.add(l.ffn_norm);
-  if (c.q1 > c.q0) {
+  if (kind == layer_kind::delta_net) {  // never cut: make_cuda_backend refuses splits of hybrid models
+    for (const gguf_tensor* t : {l.dn_qkv, l.dn_gate, l.dn_beta, l.dn_alpha, l.dn_out}) TANDEM_TRY(m.add(t));
+    for (const gguf_tensor* t : {l.dn_conv, l.dn_dt_bias, l.dn_a, l.dn_norm}) {
+      if (!t) return make_error("CUDA backend: a DeltaNet weight of the layer is missing");
+      v.add(t);
+    }
+  } else if (c.q1 > c.q0) {
     const auto rows = c.all_heads ? cut_kind::whole : cut_kind::rows;
     TANDEM_TRY(m.add(l.wq, rows, c.q0, c.q1));
     TANDEM_TRY(m.add(l.wk, rows, c.k0, c.k1));
@@ -248,7 +254,7 @@ status upload_weights(const model_desc& desc, const cuda_context& ctx, size_t st
     TANDEM_TRY(mats.add(desc.output));
     vecs.add(desc.output_norm);
   }
-  for (uint32_t il = lb; il < le; ++il) TANDEM_TRY(add_layer(desc.layers[il], lc, mats, vecs));
+  for (uint32_t il = lb; il < le; ++il) TANDEM_TRY(add_layer(desc.layers[il], desc.hp.kind(il), lc, mats, vecs));
 
   TANDEM_TRY(w.matrices.alloc(mats.total));
   TANDEM_TRY(w.vectors.alloc(vecs.data.size() * sizeof(float)));
@@ -291,6 +297,15 @@ status upload_weights(const model_desc& desc, const cuda_context& ctx, size_t st
     d.gate = mats.at(l.ffn_gate, base);
     d.up = mats.at(l.ffn_up, base);
     d.down = mats.at(l.ffn_down, base);
+    d.dn_qkv = mats.at(l.dn_qkv, base);
+    d.dn_gate = mats.at(l.dn_gate, base);
+    d.dn_beta = mats.at(l.dn_beta, base);
+    d.dn_alpha = mats.at(l.dn_alpha, base);
+    d.dn_out = mats.at(l.dn_out, base);
+    d.dn_conv = vec(l.dn_conv);
+    d.dn_dt_bias = vec(l.dn_dt_bias);
+    d.dn_a = vec(l.dn_a);
+    d.dn_norm = vec(l.dn_norm);
   }
   stats.bytes = copied + vecs.data.size() * sizeof(float);
   stats.device_bytes = mats.total + vecs.data.size() * sizeof(float);

@@ -1,5 +1,6 @@
 // The model's weights in device memory: matrices kept in their GGUF types (one allocation, each
-// tensor 256-byte aligned), norm weights and biases as float32. Uploaded through pinned staging.
+// tensor 256-byte aligned), norm weights, biases and the DeltaNet vectors as float32. Uploaded
+// through pinned staging.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +29,13 @@ struct device_layer {
   const float* bq = nullptr;      // nullptr unless qkv_bias
   const float* bk = nullptr;
   const float* bv = nullptr;
-  device_matrix wq, wk, wv, wo, gate, up, down;
+  device_matrix wq, wk, wv, wo, gate, up, down;  // wq of a hybrid model: [q, gate] rows per head
+  // Gated DeltaNet layers (hybrid models; empty elsewhere).
+  device_matrix dn_qkv, dn_gate, dn_beta, dn_alpha, dn_out;
+  const float* dn_conv = nullptr;     // [conv_dim][K], tap 0 oldest
+  const float* dn_dt_bias = nullptr;  // [Hv]
+  const float* dn_a = nullptr;        // [Hv], = -exp(A_log)
+  const float* dn_norm = nullptr;     // [dv]
 };
 
 struct device_weights {

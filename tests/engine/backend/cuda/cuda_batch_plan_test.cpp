@@ -104,5 +104,31 @@ TEST(batch_plan, long_runs_take_the_gemm_path) {
   EXPECT_EQ(p.ints.size(), p.off_tables + size_t(p.n_tables) * p.max_blocks);
 }
 
+// A hybrid model's step: one DeltaNet run per sequence (first row, tokens, state slot = sequence
+// id, first position), after the block tables and before the rotations; none for other models.
+TEST(batch_plan, hybrid_models_get_one_delta_net_run_per_sequence) {
+  host_cache cache(config());
+  ASSERT_TRUE(cache.grow(2, 33).ok());
+  ASSERT_TRUE(cache.grow(0, 4).ok());
+  batch b;
+  for (int i = 30; i < 33; ++i) b.add(i, 2, i, true);  // sequence 2 continues at position 30
+  b.add(9, 0, 3, true);
+  hparams hp = qwen_like();
+  hp.n_layer = 4, hp.full_attn_interval = 4;
+  batch_plan p;
+  plan_batch(b, cache, hp, p);
+  ASSERT_EQ(p.n_dn_runs, 2);
+  EXPECT_EQ(p.dn_max_tokens, 3);
+  EXPECT_EQ(p.off_dn_runs, p.off_tables + size_t(p.n_tables) * p.max_blocks);
+  const std::vector<int32_t> runs(p.ints.begin() + int64_t(p.off_dn_runs), p.ints.begin() + int64_t(p.off_dn_runs) + 8);
+  EXPECT_EQ(runs, (std::vector<int32_t>{0, 3, 2, 30, 3, 1, 0, 3}));
+  ASSERT_GT(p.off_rot, 0u);
+  EXPECT_GE(p.off_rot, p.off_dn_runs + 8);
+  EXPECT_EQ(p.off_rot % 2, 0u);
+
+  plan_batch(b, cache, qwen_like(), p);  // not hybrid
+  EXPECT_EQ(p.n_dn_runs, 0);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -1,0 +1,118 @@
+// The hybrid (qwen35) parts of the CUDA forward pass: the Gated DeltaNet block with its per-sequence
+// recurrent state, the output gate of the full-attention layers, and the state bookkeeping around
+// a step. The math is backend/cpu/delta_net_ops.h's, through the kernels of kernels/delta_net.h.
+#include <algorithm>
+#include <set>
+
+#include "backend/cuda/cuda_backend_impl.h"
+#include "kernels/cuda_check.h"
+#include "kernels/delta_net.h"
+#include "kernels/layer_ops.h"
+#include "kernels/matvec.h"
+
+namespace tandem {
+namespace {
+
+constexpr float k_l2_eps = 1e-6f;  // Hugging Face's l2norm on q and k
+
+}  // namespace
+
+status cuda_backend::ensure_hybrid_scratch(int n) {
+  if (!hybrid()) return {};
+  const delta_net_shape dn = delta_net_of(hp_);
+  const size_t T = size_t(n), f = sizeof(float), QD = size_t(hp_.n_head) * hp_.head_dim;
+  const size_t C = dn.conv_dim(), VD = dn.value_dim(), Hv = dn.n_v_heads;
+  TANDEM_TRY(qg_.alloc(T * 2 * QD * f));
+  TANDEM_TRY(attn_gate_.alloc(T * QD * f));
+  for (device_buffer* b : {&dn_qkv_, &dn_u_}) TANDEM_TRY(b->alloc(T * C * f));
+  for (device_buffer* b : {&dn_z_, &dn_o_, &dn_y_}) TANDEM_TRY(b->alloc(T * VD * f));
+  for (device_buffer* b : {&dn_b_, &dn_a_, &dn_g_, &dn_beta_}) TANDEM_TRY(b->alloc(T * Hv * f));
+  return {};
+}
+
+// The q and k heads (2·Hk heads of dk floats at the start of every conv output row) in one launch.
+status cuda_backend::l2_norm_qk(float* u, int n_tok) {
+  const delta_net_shape dn = delta_net_of(hp_);
+  TANDEM_CUDA_TRY(launch_l2_norm_heads(u, n_tok, 2 * int(dn.n_k_heads), int(dn.k_dim), int64_t(dn.conv_dim()), k_l2_eps,
+                                       ctx_->stream()));
+  return {};
+}
+
+// x += ssm_out · gated_norm(delta_rule(conv(W_qkv xn)), z), xn = RMSNorm(x): the DeltaNet mixer
+// over each sequence's run of tokens, its state read and written once per run.
+status cuda_backend::delta_net_block(uint32_t il, cuda_kv_cache& cache) {
+  const auto& L = w_.layers[il];
+  const delta_net_shape dn = delta_net_of(hp_);
+  const cudaStream_t s = ctx_->stream();
+  const int T = plan_.n_tok, E = int(hp_.n_embd), C = int(dn.conv_dim()), Hv = int(dn.n_v_heads);
+  float *x = x_.get<float>(), *xn = xn_.get<float>(), *qkv = dn_qkv_.get<float>(), *z = dn_z_.get<float>(),
+        *b = dn_b_.get<float>(), *a = dn_a_.get<float>();
+  if (matvec_ready({&L.dn_qkv, &L.dn_gate, &L.dn_beta, &L.dn_alpha}, T)) {
+    // Both launches read the one int8 copy of xn the norm writes.
+    TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp_.rms_eps, matvec_work_.get(), s));
+    TANDEM_TRY(mark("DeltaNet norm"));
+    TANDEM_TRY(matvec_quantized({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_beta, b}}, xn, T, false));
+    TANDEM_TRY(matvec_quantized({{&L.dn_alpha, a}}, xn, T, false));
+  } else {
+    TANDEM_CUDA_TRY(launch_rms_norm(x, L.attn_norm, xn, T, E, hp_.rms_eps, s));
+    TANDEM_TRY(mark("DeltaNet norm"));
+    TANDEM_TRY(matmul_fused({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_beta, b}}, xn, T, false));
+    TANDEM_TRY(matmul_fused({{&L.dn_alpha, a}}, xn, T, false));
+  }
+  TANDEM_TRY(mark("DeltaNet qkv z b a"));
+
+  const dn_runs runs{dev_ints(plan_.off_dn_runs), plan_.n_dn_runs, plan_.dn_max_tokens};
+  float* u = dn_u_.get<float>();
+  TANDEM_CUDA_TRY(launch_dn_conv(qkv, C, L.dn_conv, C, int(dn.kernel), cache.conv_state(il), runs, u, s));
+  TANDEM_TRY(l2_norm_qk(u, T));
+  float *g = dn_g_.get<float>(), *beta = dn_beta_.get<float>();
+  TANDEM_CUDA_TRY(launch_dn_gates(a, b, L.dn_a, L.dn_dt_bias, T, Hv, g, beta, s));
+  TANDEM_TRY(mark("DeltaNet conv, l2 norm, gates"));
+
+  dn_rule_args r;
+  r.q = u, r.k = u + dn.key_dim(), r.qk_stride = C;
+  r.v = u + 2 * dn.key_dim(), r.v_stride = C;
+  r.g = g, r.beta = beta;
+  r.Hk = int(dn.n_k_heads), r.Hv = Hv, r.dk = int(dn.k_dim), r.dv = int(dn.v_dim);
+  r.S = cache.ssm_state(il);
+  r.out = dn_o_.get<float>();
+  TANDEM_CUDA_TRY(launch_dn_rule(r, runs, s));
+  TANDEM_TRY(mark("DeltaNet rule"));
+  float* y = dn_y_.get<float>();
+  TANDEM_CUDA_TRY(launch_rms_norm_gated(r.out, L.dn_norm, z, y, int64_t(T) * Hv, int(dn.v_dim), hp_.rms_eps, s));
+  TANDEM_TRY(mark("DeltaNet gated norm"));
+  TANDEM_TRY(matmul_fused({{&L.dn_out, x}}, y, T, adds_residual()));  // x += ssm_out·y
+  return mark("DeltaNet out");
+}
+
+status cuda_backend::split_q_gate(int n_tok) {
+  TANDEM_CUDA_TRY(launch_split_q_gate(qg_.get<float>(), n_tok, int(hp_.n_head), int(hp_.head_dim), q_.get<float>(),
+                                      attn_gate_.get<float>(), ctx_->stream()));
+  return {};
+}
+
+status cuda_backend::gate_attention(int n_tok) {
+  const int64_t n = int64_t(n_tok) * hp_.n_head * hp_.head_dim;
+  TANDEM_CUDA_TRY(launch_sigmoid_mul(att_.get<float>(), attn_gate_.get<float>(), n, ctx_->stream()));
+  return mark("attention gate");
+}
+
+void cuda_backend::begin_states(const batch& b, cuda_kv_cache& cache) {
+  state_cache_ = nullptr;
+  state_seqs_.clear();
+  if (!cache.has_recurrent()) return;
+  state_cache_ = &cache;
+  const std::set<int32_t> seqs(b.seq_ids.begin(), b.seq_ids.end());
+  state_seqs_.assign(seqs.begin(), seqs.end());
+  for (int32_t seq : state_seqs_) cache.set_state_length(seq, kv_cache::k_state_unknown);
+}
+
+status cuda_backend::finish_states() {
+  if (!state_cache_) return {};
+  for (int32_t seq : state_seqs_) state_cache_->set_state_length(seq, state_cache_->length(seq));
+  state_cache_ = nullptr;
+  state_seqs_.clear();
+  return {};
+}
+
+}  // namespace tandem
