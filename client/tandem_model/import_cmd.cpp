@@ -64,7 +64,7 @@ void add_import_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "import",
       "Convert a Hugging Face model directory (config.json + *.safetensors; model types " +
-          std::string("llama, qwen2, qwen3) to GGUF"));
+          std::string("llama, qwen2, qwen3, qwen3_5_text, qwen3_5) to GGUF"));
   cmd->add_option("dir", o->dir, "Model directory, as transformers' save_pretrained writes it")
       ->required()
       ->check(CLI::ExistingDirectory);

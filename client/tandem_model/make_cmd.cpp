@@ -1,6 +1,8 @@
-// `tandem-model make`: a random-weight model of a preset shape (normal, std 0.02; norm weights 1),
-// with llama.cpp's tensor names and metadata, written one tensor at a time.
+// `tandem-model make`: a random-weight model of a preset shape (normal, std 0.02; norm weights 1;
+// DeltaNet conv kernels N(0, 0.25^2) and decays ssm_a = -uniform(0.5, 8)), with llama.cpp's tensor
+// names and metadata, written one tensor at a time.
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,7 +45,8 @@ std::string joined(const std::vector<std::string_view>& names) {
   return s;
 }
 
-hparams apply_overrides(const make_options& o, hparams hp) {
+hparams apply_overrides(const make_options& o, const hparams& preset) {
+  hparams hp = preset;
   auto set = [](uint32_t v, uint32_t& field) {
     if (v) field = v;
   };
@@ -55,23 +58,33 @@ hparams apply_overrides(const make_options& o, hparams hp) {
   set(o.n_head, hp.n_head);
   set(o.n_head_kv, hp.n_head_kv);
   set(o.head_dim, hp.head_dim);
-  hp.rope_dim = hp.head_dim;
+  // The preset's rotary share of the head (all of it, or qwen35's quarter) carries over.
+  hp.rope_dim = static_cast<uint32_t>(uint64_t(preset.rope_dim ? preset.rope_dim : preset.head_dim) * hp.head_dim /
+                                      preset.head_dim) & ~1u;
   if (o.tied) hp.tied_output = true;
   if (o.untied) hp.tied_output = false;
   return hp;
 }
 
-void validate(const hparams& hp) {
+void validate(const arch_spec& arch, const hparams& hp) {
   if (hp.n_head_kv == 0 || hp.n_head % hp.n_head_kv != 0)
     fail("--n-head (" + std::to_string(hp.n_head) + ") must be a multiple of --n-head-kv (" +
          std::to_string(hp.n_head_kv) + ")");
   if (hp.head_dim % 2 != 0) fail("--head-dim must be even (RoPE rotates pairs)");
+  if (status st = check_hybrid_hparams(arch, hp); !st) fail(st.message());
+  uint32_t pairs = 0;
+  for (uint32_t s : hp.rope_sections) pairs += s;
+  if (pairs * 2 > hp.rope_dim)
+    fail("the RoPE sections cover " + std::to_string(pairs * 2) + " dims, more than the " +
+         std::to_string(hp.rope_dim) + " rotary dims (a smaller --head-dim?)");
 }
 
-// The tensor type under the target's rule; 1-D tensors, norms and biases are F32 as the converter writes them.
+// The tensor type under the target's rule; only matrices are converted: norms, biases, conv kernels
+// and decays are F32 as the converter writes them.
 ggml_type tensor_type(const quant_target& target, const tensor_spec& s, const mix_context& ctx,
                       bool quiet) {
-  if (!is_quantizable(s.name, static_cast<uint32_t>(s.shape.size()))) return ggml_type::f32;
+  if (!role_is_matrix(s.role) || !is_quantizable(s.name, static_cast<uint32_t>(s.shape.size())))
+    return ggml_type::f32;
   const type_choice c = choose_type(target, s.name, s.shape[0], ctx);
   if (c.fallback && !quiet)
     std::fprintf(stderr, "note: %s: row of %llu is not a multiple of the block size; using %s\n",
@@ -102,6 +115,35 @@ tokenizer_vocab load_tokenizer(const make_options& o, hparams& hp) {
   return std::move(*v);
 }
 
+// ssm_a = -A with A ~ uniform(0.5, 8): every state decays (g <= 0), at per-head rates spread
+// like a trained model's; the numbers come from a hash of (seed, index), whatever the threads.
+gguf_writer::producer decay_producer(uint64_t n, uint64_t seed) {
+  return [n, seed](std::span<uint8_t> out) -> status {
+    if (out.size() != n * sizeof(float)) return make_error("writer asked for ", out.size(), " bytes");
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      const float u = static_cast<float>(static_cast<double>(z >> 11) * 0x1p-53);
+      const float v = -(0.5f + 7.5f * u);
+      std::memcpy(out.data() + i * sizeof(float), &v, sizeof v);
+    }
+    return {};
+  };
+}
+
+// The random contents of one tensor by its role.
+gguf_writer::producer tensor_producer(const tensor_spec& s, ggml_type type, const make_options& o, unsigned threads) {
+  uint64_t rows = 1;
+  for (size_t d = 1; d < s.shape.size(); ++d) rows *= s.shape[d];
+  const uint64_t seed = tensor_seed(o.seed, s.name);
+  if (s.role == tensor_role::decay) return decay_producer(s.shape[0] * rows, seed);
+  // A depthwise conv over K taps: std 0.25 keeps its outputs near its inputs' scale (K = 4).
+  const float std_dev = s.role == tensor_role::conv ? 0.25f : 0.02f;
+  return random_producer(type, s.shape[0], rows, seed, std_dev, s.role == tensor_role::norm, threads, o.row_pool);
+}
+
 void run_make(const make_options& o) {
   const model_preset* preset = find_preset(o.preset);
   if (!preset) {
@@ -114,7 +156,7 @@ void run_make(const make_options& o) {
   const arch_spec* arch = find_arch(preset->arch);
   if (!arch) fail("architecture '" + std::string(preset->arch) + "' is not in this build");
   hparams hp = apply_overrides(o, preset->hp);
-  validate(hp);
+  validate(*arch, hp);
   std::optional<tokenizer_vocab> hf_vocab;
   std::optional<byte_vocab> embedded;
   if (!o.tokenizer.empty()) {
@@ -142,11 +184,7 @@ void run_make(const make_options& o) {
   for (const auto& s : specs) {
     const ggml_type type = tensor_type(*target, s, ctx, o.quiet);
     if (!can_quantize(type)) fail("this build cannot write tensors of type " + std::string(type_name(type)));
-    uint64_t rows = 1;
-    for (size_t d = 1; d < s.shape.size(); ++d) rows *= s.shape[d];
-    auto fill = random_producer(type, s.shape[0], rows, tensor_seed(o.seed, s.name), 0.02f,
-                                s.role == tensor_role::norm, threads, o.row_pool);
-    status st = w.add_tensor(s.name, type, s.shape, std::move(fill));
+    status st = w.add_tensor(s.name, type, s.shape, tensor_producer(s, type, o, threads));
     if (!st) fail(s.name + ": " + st.message());
   }
   progress bar("make " + o.output, o.quiet);

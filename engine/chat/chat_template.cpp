@@ -4,6 +4,7 @@
 #include "chat/chat_template.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode_text.h"
@@ -136,6 +137,69 @@ void render_qwen3(std::span<const chat_message> msgs, const chat_options& opt, s
   }
 }
 
+// Qwen3.5's assistant turn (content already trimmed): the reasoning of a "<think>..</think>" in
+// the content by the template's split rules; every turn after the last user query gets a think
+// block, an empty one when there was no reasoning.
+void render_qwen35_assistant(std::string_view content, bool after_last_query, std::string& out) {
+  std::string reasoning;
+  if (content.find("</think>") != std::string_view::npos) {
+    // content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n'), then trimmed
+    std::string_view first = strip_char(content.substr(0, content.find("</think>")), '\n', false, true);
+    const size_t open = first.rfind("<think>");
+    if (open != std::string_view::npos) first = first.substr(open + 7);
+    reasoning = py_strip(strip_char(first, '\n', true, false));
+    content = strip_char(content.substr(content.rfind("</think>") + 8), '\n', true, false);
+  }
+  out += "<|im_start|>assistant\n";
+  if (after_last_query) out += "<think>\n" + reasoning + "\n</think>\n\n";
+  out += content;
+  out += "<|im_end|>\n";
+}
+
+// The last user turn that is not a wrapped tool response (contents trimmed, as the template
+// compares them); reasoning before it is dropped.
+std::optional<size_t> qwen35_last_query(std::span<const chat_message> msgs) {
+  for (size_t i = msgs.size(); i-- > 0;) {
+    if (msgs[i].role != "user") continue;
+    const std::string c = py_strip(msgs[i].content);
+    if (!(c.starts_with("<tool_response>") && c.ends_with("</tool_response>"))) return i;
+  }
+  return std::nullopt;
+}
+
+// Follows Qwen3.5's chat_template.jinja; where the template raises an exception, so do we.
+status render_qwen35(const chat_template& tpl, std::span<const chat_message> msgs, const chat_options& opt,
+                     std::string& out) {
+  if (msgs.empty()) return make_error("Qwen3.5 chat template: no messages");
+  if (msgs[0].role == "system") out += "<|im_start|>system\n" + py_strip(msgs[0].content) + "<|im_end|>\n";
+  const std::optional<size_t> last_query = qwen35_last_query(msgs);
+  if (!last_query) return make_error("Qwen3.5 chat template: the conversation has no user message");
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const chat_message& m = msgs[i];
+    const std::string content = py_strip(m.content);
+    if (m.role == "system") {
+      if (i != 0) return make_error("Qwen3.5 chat template: message ", i, ": a system message must come first");
+    } else if (m.role == "user") {
+      out += "<|im_start|>user\n" + content + "<|im_end|>\n";
+    } else if (m.role == "assistant") {
+      render_qwen35_assistant(content, i > *last_query, out);
+    } else if (m.role == "tool") {
+      // Consecutive tool results share one user turn; a leading one opens none (as in the template).
+      if (i > 0 && msgs[i - 1].role != "tool") out += "<|im_start|>user";
+      out += "\n<tool_response>\n" + content + "\n</tool_response>";
+      if (i + 1 == msgs.size() || msgs[i + 1].role != "tool") out += "<|im_end|>\n";
+    } else {
+      return make_error("Qwen3.5 chat template: message ", i, " has role '", m.role,
+                        "' (system, user, assistant or tool)");
+    }
+  }
+  if (opt.add_generation_prompt) {
+    out += "<|im_start|>assistant\n";
+    out += opt.enable_thinking.value_or(tpl.thinking_by_default) ? "<think>\n" : "<think>\n\n</think>\n\n";
+  }
+  return {};
+}
+
 void render_llama3(const chat_template& tpl, std::span<const chat_message> msgs,
                    const chat_options& opt, std::string& out) {
   for (size_t i = 0; i < msgs.size(); ++i) {
@@ -155,6 +219,7 @@ std::string_view chat_format_name(chat_format f) {
     case chat_format::raw: return "raw";
     case chat_format::chatml: return "chatml";
     case chat_format::qwen3: return "qwen3";
+    case chat_format::qwen35: return "qwen3.5";
     case chat_format::llama3: return "llama3";
   }
   return "?";
@@ -164,8 +229,9 @@ result<chat_format> chat_format_from_name(std::string_view name) {
   if (name == "raw") return chat_format::raw;
   if (name == "chatml") return chat_format::chatml;
   if (name == "qwen3") return chat_format::qwen3;
+  if (name == "qwen3.5" || name == "qwen35") return chat_format::qwen35;
   if (name == "llama3" || name == "llama-3") return chat_format::llama3;
-  return make_error("unknown chat template '", name, "' (known: raw, chatml, qwen3, llama3)");
+  return make_error("unknown chat template '", name, "' (known: raw, chatml, qwen3, qwen3.5, llama3)");
 }
 
 chat_template detect_chat_template(std::string_view src) {
@@ -175,6 +241,12 @@ chat_template detect_chat_template(std::string_view src) {
   } else if (contains(src, "<|im_start|>")) {
     const bool thinking = contains(src, "enable_thinking") || contains(src, "reasoning_content");
     t.format = thinking ? chat_format::qwen3 : chat_format::chatml;
+    // Qwen3.5's template opens the think block itself ({{- '<think>\n' }} in the generation
+    // prompt), which Qwen3's never does; its small models' variant only when asked to think.
+    if (thinking && contains(src, "enable_thinking") && contains(src, "'<think>\\n'")) {
+      t.format = chat_format::qwen35;
+      t.thinking_by_default = !contains(src, "enable_thinking is defined and enable_thinking is true");
+    }
     if (!thinking) t.default_system = find_default_system(src);
     if (contains(src, "tools")) {
       t.warning = "chat template: tool definitions and tool calls are not rendered";
@@ -229,6 +301,9 @@ result<std::string> render_chat(const chat_template& tpl, std::span<const chat_m
     case chat_format::qwen3:
       render_qwen3(messages, opt, out);
       break;
+    case chat_format::qwen35:
+      TANDEM_TRY(render_qwen35(tpl, messages, opt, out));
+      break;
     case chat_format::llama3:
       render_llama3(tpl, messages, opt, out);
       break;
@@ -244,7 +319,7 @@ std::vector<int32_t> chat_stop_tokens(const chat_template& tpl, const tokenizer&
   add(tok.vocab().eos_id);
   add(tok.vocab().eot_id);
   std::vector<std::string_view> names;
-  if (tpl.format == chat_format::chatml || tpl.format == chat_format::qwen3) {
+  if (tpl.format == chat_format::chatml || tpl.format == chat_format::qwen3 || tpl.format == chat_format::qwen35) {
     names = {"<|im_end|>", "<|endoftext|>"};
   } else if (tpl.format == chat_format::llama3) {
     names = {"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"};

@@ -1,4 +1,4 @@
-// Chat prompt formats: ChatML (with Qwen3's thinking rules), Llama 3 and raw, rendered in C++
+// Chat prompt formats: ChatML (with Qwen3's and Qwen3.5's thinking rules), Llama 3 and raw, rendered in C++
 // rather than by a Jinja engine. The format is recognised from tokenizer.chat_template by
 // distinctive markers, or chosen by name.
 //
@@ -8,7 +8,9 @@
 // What is reproduced of the real templates: message roles and contents, a default system prompt
 // that a ChatML template inserts when the conversation has none (SmolLM2, Qwen2.5), Qwen3's
 // <think> handling (reasoning kept only after the last user turn; enable_thinking=false appends
-// an empty think block), Llama 3's content trimming and BOS. Not reproduced: tool definitions
+// an empty think block), Qwen3.5's (contents trimmed, every assistant turn after the last user
+// turn carries a think block, the generation prompt opens one when thinking), Llama 3's content
+// trimming and BOS. Not reproduced: tool definitions
 // and tool calls, Llama 3.1's date preamble (such a template still renders as Llama 3, with a
 // warning).
 #pragma once
@@ -30,6 +32,7 @@ enum class chat_format {
   raw,     // message contents concatenated, nothing added
   chatml,  // <|im_start|>role\ncontent<|im_end|>\n
   qwen3,   // ChatML plus Qwen3's <think> rules
+  qwen35,  // ChatML plus Qwen3.5's <think> rules
   llama3,  // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
 };
 
@@ -41,7 +44,8 @@ struct chat_message {
 struct chat_options {
   bool add_generation_prompt = true;
   // Qwen3: false appends "<think>\n\n</think>\n\n" after the assistant header; true or unset
-  // lets the model think (the template's default).
+  // lets the model think (the template's default). Qwen3.5: true appends "<think>\n", false the
+  // empty block; unset takes the template's default (chat_template::thinking_by_default).
   std::optional<bool> enable_thinking;
 };
 
@@ -50,11 +54,15 @@ struct chat_template {
   std::string default_system;              // ChatML: used when the first message is not system
   bool always_generation_prompt = false;   // Llama 3 base template appends the header always
   std::string bos_text;                    // Llama 3 starts the prompt with the BOS token's text
+  // Qwen3.5: whether the generation prompt opens a think block when enable_thinking is unset (the
+  // large models' template thinks by default; the small models' one does not).
+  bool thinking_by_default = true;
   std::string warning;                     // non-empty when the source was not fully recognised
 };
 
 std::string_view chat_format_name(chat_format f);
-// "raw", "chatml", "qwen3", "llama3" (also "llama-3"); an unknown name is an error listing these.
+// "raw", "chatml", "qwen3", "qwen3.5" (also "qwen35"), "llama3" (also "llama-3"); an unknown name
+// is an error listing these.
 result<chat_format> chat_format_from_name(std::string_view name);
 
 // Recognises a Jinja template source (see the header comment for the fallback rules).
@@ -65,7 +73,9 @@ chat_template detect_chat_template(std::string_view source);
 result<chat_template> chat_template_for(const tokenizer& tok, std::string_view override_name = {});
 
 // The prompt text. It holds control tokens as text: encode it with parse_special = true and
-// without add_bos (the template already wrote BOS where the model wants one).
+// without add_bos (the template already wrote BOS where the model wants one). Conversations the
+// model's template refuses (Qwen3.5: no user turn, a system turn that is not first, an unknown
+// role) are errors.
 result<std::string> render_chat(const chat_template& tpl, std::span<const chat_message> messages,
                                 const chat_options& opt = {});
 

@@ -1,9 +1,11 @@
 // Hugging Face → GGUF import: config.json to hparams, HF names to llama.cpp's, every tensor
-// validated before the output is touched, then streaming conversion (Llama's q/k permuted).
+// validated before the output is touched, then streaming conversion (Llama's q/k permuted; the
+// qwen35 specifics live in hf_import_qwen35.cpp).
 #include "convert/hf_import.h"
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "convert/hf_import_detail.h"
 #include "convert/safetensors.h"
 #include "quant/quant.h"
 #include "tokenizer/hf_tokenizer.h"
@@ -19,11 +22,37 @@
 
 namespace tandem {
 
+namespace hf_detail {
+
+status read_rope_theta(const config_reader& c, float& theta) {
+  TANDEM_TRY(c.rope_type("rope_scaling"));
+  TANDEM_TRY(c.rope_type("rope_parameters"));
+  // Newer transformers move rope_theta into rope_parameters; older configs keep it at top level.
+  if (const json* rp = c.get("rope_parameters")) {
+    auto it = rp->find("rope_theta");
+    if (it != rp->end() && !it->is_null())
+      return c.positive_float(&*it, "rope_parameters.rope_theta", theta);
+  }
+  return c.positive_float(c.get("rope_theta"), "rope_theta", theta);
+}
+
+status check_silu(const config_reader& c) {
+  if (const json* act = c.get("hidden_act")) {
+    if (!act->is_string() || act->get<std::string>() != "silu")
+      return make_error(c.label(), ": hidden_act is ", act->dump(), "; only \"silu\" is supported");
+  }
+  return {};
+}
+
+}  // namespace hf_detail
+
 namespace {
 
-using json = nlohmann::json;
+using namespace hf_detail;
 
-constexpr std::string_view k_model_types[] = {"llama", "qwen2", "qwen3"};
+// Dense types map onto the llama.cpp architecture of the same name; the Qwen3.5 ones onto qwen35.
+constexpr std::string_view k_model_types[] = {"llama", "qwen2", "qwen3", "qwen3_5_text", "qwen3_5"};
+bool is_qwen35_type(std::string_view t) { return t == "qwen3_5_text" || t == "qwen3_5"; }
 
 // HF per-layer suffixes (after "model.layers.N.") and llama.cpp's per-layer stems.
 struct layer_name {
@@ -57,91 +86,8 @@ std::string join(const auto& items, std::string_view sep) {
   return os.str();
 }
 
-// Field readers: absent (or JSON null) keeps the default; present with the wrong type is an error.
-class config_reader {
- public:
-  config_reader(const json& j, const std::string& label) : j_(j), label_(label) {}
-
-  const json* get(std::string_view key) const {
-    auto it = j_.find(key);
-    return it == j_.end() || it->is_null() ? nullptr : &*it;
-  }
-
-  status u32(std::string_view key, uint32_t& out, bool required) const {
-    const json* v = get(key);
-    if (!v) return required ? status{make_error(label_, ": missing field ", key)} : status{};
-    if (!v->is_number_unsigned() || v->get<uint64_t>() == 0 || v->get<uint64_t>() > 0x7fffffffull)
-      return make_error(label_, ": field ", key, " must be a positive integer, got ", v->dump());
-    out = static_cast<uint32_t>(v->get<uint64_t>());
-    return {};
-  }
-
-  status positive_float(const json* v, std::string_view key, float& out) const {
-    if (!v) return {};
-    if (!v->is_number() || !(v->get<double>() > 0))
-      return make_error(label_, ": field ", key, " must be a positive number, got ", v->dump());
-    out = static_cast<float>(v->get<double>());
-    return {};
-  }
-
-  status boolean(std::string_view key, bool& out) const {
-    const json* v = get(key);
-    if (!v) return {};
-    if (!v->is_boolean())
-      return make_error(label_, ": field ", key, " must be true or false, got ", v->dump());
-    out = v->get<bool>();
-    return {};
-  }
-
-  // A feature flag this importer cannot honour: present and true is an error.
-  status refuse_true(std::string_view key, std::string_view why) const {
-    bool v = false;
-    TANDEM_TRY(boolean(key, v));
-    if (v) return make_error(label_, ": ", key, " is true; ", why);
-    return {};
-  }
-
-  // rope_scaling / rope_parameters: only the plain (unscaled) RoPE is supported.
-  status rope_type(std::string_view key) const {
-    const json* v = get(key);
-    if (!v) return {};
-    if (!v->is_object())
-      return make_error(label_, ": field ", key, " must be an object, got ", v->dump());
-    for (const char* k : {"rope_type", "type"}) {
-      auto it = v->find(k);
-      if (it == v->end() || it->is_null()) continue;
-      if (!it->is_string()) return make_error(label_, ": field ", key, ".", k, " must be a string");
-      if (it->get<std::string>() != "default")
-        return make_error(label_, ": ", key, ".", k, " is \"", it->get<std::string>(),
-                          "\"; only unscaled RoPE (\"default\") is supported");
-    }
-    return {};
-  }
-
-  const std::string& label() const { return label_; }
-
- private:
-  const json& j_;
-  const std::string& label_;
-};
-
-status read_rope_theta(const config_reader& c, float& theta) {
-  TANDEM_TRY(c.rope_type("rope_scaling"));
-  TANDEM_TRY(c.rope_type("rope_parameters"));
-  // Newer transformers move rope_theta into rope_parameters; older configs keep it at top level.
-  if (const json* rp = c.get("rope_parameters")) {
-    auto it = rp->find("rope_theta");
-    if (it != rp->end() && !it->is_null())
-      return c.positive_float(&*it, "rope_parameters.rope_theta", theta);
-  }
-  return c.positive_float(c.get("rope_theta"), "rope_theta", theta);
-}
-
 status check_unsupported(const config_reader& c, std::string_view model_type) {
-  if (const json* act = c.get("hidden_act")) {
-    if (!act->is_string() || act->get<std::string>() != "silu")
-      return make_error(c.label(), ": hidden_act is ", act->dump(), "; only \"silu\" is supported");
-  }
+  TANDEM_TRY(check_silu(c));
   TANDEM_TRY(c.refuse_true("use_sliding_window", "sliding-window attention is not supported"));
   if (const json* lt = c.get("layer_types")) {  // newer configs list each layer's attention kind
     if (!lt->is_array()) return make_error(c.label(), ": field layer_types must be an array");
@@ -175,19 +121,33 @@ status check_heads(const config_reader& c, hparams& hp) {
   return {};
 }
 
-// Element-wise conversion of one tensor into `out`, rows split over threads. For Llama q/k,
-// `permute_head_dim` is the head size and each output row reads its permuted source row.
+// Applies the transform's value change to one row.
+void map_values(tensor_transform::value_op op, float* row, uint64_t n) {
+  if (op == tensor_transform::value_op::plus_one)
+    for (uint64_t i = 0; i < n; ++i) row[i] += 1.f;
+  if (op == tensor_transform::value_op::neg_exp)
+    for (uint64_t i = 0; i < n; ++i) row[i] = -std::exp(row[i]);
+}
+
+// Element-wise conversion of one tensor into `out`, rows split over threads; each output row
+// reads the source row (and columns) the transform names, then maps the values.
 status convert_tensor(const st_tensor& src, ggml_type type, uint64_t n_in, uint64_t n_rows,
-                      uint64_t permute_head_dim, unsigned threads, std::span<uint8_t> out) {
+                      const tensor_transform& tf, unsigned threads, std::span<uint8_t> out) {
   const auto rb = row_bytes(type, n_in);
   if (!rb || out.size() != *rb * n_rows)
     return make_error("tensor \"", src.name, "\": output buffer has ", out.size(),
                       " bytes, expected ", rb ? *rb * n_rows : 0);
   auto work = [&](uint64_t r0, uint64_t r1) -> status {
-    std::vector<float> row(n_in);
+    std::vector<float> row(n_in), in(tf.col_src.empty() ? 0 : n_in);
     for (uint64_t r = r0; r < r1; ++r) {
-      const uint64_t s = permute_head_dim ? llama_qk_source_row(r, permute_head_dim) : r;
-      TANDEM_TRY(read_floats(src, s * n_in, n_in, row.data()));
+      const uint64_t s = tf.row_src.empty() ? r : tf.row_src[r];
+      if (tf.col_src.empty()) {
+        TANDEM_TRY(read_floats(src, s * n_in, n_in, row.data()));
+      } else {
+        TANDEM_TRY(read_floats(src, s * n_in, n_in, in.data()));
+        for (uint64_t c = 0; c < n_in; ++c) row[c] = in[tf.col_src[c]];
+      }
+      map_values(tf.op, row.data(), n_in);
       quantize_row(type, row.data(), out.data() + r * *rb, static_cast<int64_t>(n_in));
     }
     return {};
@@ -219,8 +179,45 @@ struct planned_tensor {
   const tensor_spec* spec;
   const st_tensor* src;
   ggml_type type;
-  uint64_t permute_head_dim;
+  tensor_transform transform;
 };
+
+// GGUF name -> source tensor for every tensor of the checkpoint that the model uses.
+result<std::map<std::string, const st_tensor*>> map_sources(const hf_config& cfg,
+                                                            const safetensors_model& model,
+                                                            import_summary& summary) {
+  const bool qwen35 = cfg.arch->flags.hybrid;
+  std::map<std::string, const st_tensor*> by_gguf;
+  size_t ignored = 0;
+  for (const st_tensor* t : model.tensors()) {
+    if (t->name.ends_with("rotary_emb.inv_freq"))
+      continue;  // derived from rope_theta; llama.cpp drops it
+    if (t->name == "lm_head.weight" && cfg.hp.tied_output) {
+      summary.notes.push_back("tie_word_embeddings is set: lm_head.weight is ignored");
+      continue;
+    }
+    if (qwen35 && qwen35_ignored_tensor(t->name)) {  // llama.cpp leaves these out of the text model
+      ++ignored;
+      continue;
+    }
+    auto g = qwen35 ? map_qwen35_tensor_name(t->name) : map_hf_tensor_name(t->name);
+    if (!g)
+      return make_error(*t->file, ": tensor \"", t->name, "\" is not part of a ", cfg.model_type,
+                        " model");
+    by_gguf[*g] = t;
+  }
+  if (ignored)
+    summary.notes.push_back(std::to_string(ignored) + " vision / multi-token-prediction tensors are not imported");
+  return by_gguf;
+}
+
+// Source dims in GGUF order (contiguous first); a conv kernel [C, 1, K] is squeezed to {K, C}.
+std::vector<uint64_t> gguf_dims(const st_tensor& src, const tensor_spec& spec) {
+  std::vector<uint64_t> dims;
+  for (auto it = src.shape.rbegin(); it != src.shape.rend(); ++it)
+    if (*it != 1 || spec.role != tensor_role::conv) dims.push_back(*it);
+  return dims;
+}
 
 // Maps every source tensor, checks names, shapes and dtypes against the architecture, and picks
 // each tensor's output type. Nothing is written until this succeeds.
@@ -229,20 +226,9 @@ result<std::vector<planned_tensor>> plan_tensors(const hf_config& cfg,
                                                  const std::vector<tensor_spec>& specs,
                                                  const import_options& opt,
                                                  import_summary& summary) {
-  std::map<std::string, const st_tensor*> by_gguf;
-  for (const st_tensor* t : model.tensors()) {
-    if (t->name.ends_with("rotary_emb.inv_freq"))
-      continue;  // derived from rope_theta; llama.cpp drops it
-    if (t->name == "lm_head.weight" && cfg.hp.tied_output) {
-      summary.notes.push_back("tie_word_embeddings is set: lm_head.weight is ignored");
-      continue;
-    }
-    auto g = map_hf_tensor_name(t->name);
-    if (!g)
-      return make_error(*t->file, ": tensor \"", t->name, "\" is not part of a ", cfg.model_type,
-                        " model");
-    by_gguf[*g] = t;
-  }
+  auto sources = map_sources(cfg, model, summary);
+  if (!sources) return sources.err();
+  auto& by_gguf = *sources;
   std::vector<planned_tensor> plan;
   for (const auto& spec : specs) {
     auto it = by_gguf.find(spec.name);
@@ -251,9 +237,7 @@ result<std::vector<planned_tensor>> plan_tensors(const hf_config& cfg,
                         cfg.hp.n_layer, " layers needs it)");
     const st_tensor* src = it->second;
     by_gguf.erase(it);
-    std::vector<uint64_t> dims(src->shape.rbegin(),
-                               src->shape.rend());  // GGUF order: contiguous first
-    if (dims != spec.shape)
+    if (gguf_dims(*src, spec) != spec.shape)
       return make_error(
           *src->file, ": tensor \"", src->name, "\" has shape ", shape_string(src->shape),
           " but config.json implies ",
@@ -262,8 +246,8 @@ result<std::vector<planned_tensor>> plan_tensors(const hf_config& cfg,
         src->dtype != st_dtype::bf16 && src->dtype != st_dtype::f64)
       return make_error(*src->file, ": tensor \"", src->name, "\" has dtype ",
                         st_dtype_name(src->dtype), "; only floating-point weights can be imported");
-    planned_tensor p{&spec, src, ggml_type::f32, 0};
-    if (spec.role == tensor_role::matrix || spec.role == tensor_role::embedding) {
+    planned_tensor p{&spec, src, ggml_type::f32, {}};
+    if (role_is_matrix(spec.role)) {  // norms, biases, conv kernels and decays stay F32
       p.type = opt.type;
       if (!row_bytes(p.type, spec.shape[0])) {
         p.type = ggml_type::f16;
@@ -272,9 +256,13 @@ result<std::vector<planned_tensor>> plan_tensors(const hf_config& cfg,
                                 " block size; stored as F16");
       }
     }
+    if (cfg.arch->flags.hybrid) p.transform = qwen35_transform(spec, cfg.hp);
     const bool qk = spec.name.ends_with(".attn_q.weight") || spec.name.ends_with(".attn_k.weight");
-    if (cfg.arch->flags.rope == rope_style::normal && qk) p.permute_head_dim = cfg.hp.head_dim;
-    plan.push_back(p);
+    if (cfg.arch->flags.rope == rope_style::normal && qk) {
+      p.transform.row_src.resize(spec.shape[1]);
+      for (uint64_t r = 0; r < spec.shape[1]; ++r) p.transform.row_src[r] = llama_qk_source_row(r, cfg.hp.head_dim);
+    }
+    plan.push_back(std::move(p));
   }
   if (!by_gguf.empty()) {
     const st_tensor* extra = by_gguf.begin()->second;
@@ -326,6 +314,7 @@ result<hf_config> parse_hf_config(std::string_view json_text, const std::string&
       std::end(k_model_types))
     return make_error(label, ": model_type \"", cfg.model_type,
                       "\" is not supported (supported: ", join(k_model_types, ", "), ")");
+  if (is_qwen35_type(cfg.model_type)) return parse_qwen35_config(j, label);
   cfg.arch = find_arch(cfg.model_type);
   if (!cfg.arch)
     return make_error("architecture ", cfg.model_type, " is not in the architecture table");
@@ -434,7 +423,7 @@ result<import_summary> import_hf_model(const std::string& dir, const std::string
                         "; write to another path");
 
   import_summary summary;
-  summary.arch = cfg->model_type;
+  summary.arch = std::string(cfg->arch->name);
   summary.hp = cfg->hp;
   const auto specs = expected_tensors(*cfg->arch, cfg->hp);
   auto plan = plan_tensors(*cfg, *model, specs, opt, summary);
@@ -460,8 +449,8 @@ result<import_summary> import_hf_model(const std::string& dir, const std::string
     const uint64_t n_in = p.spec->shape[0];
     const uint64_t n_rows = p.spec->shape.size() > 1 ? p.spec->shape[1] : 1;
     TANDEM_TRY(w.add_tensor(
-        p.spec->name, p.type, p.spec->shape, [p, n_in, n_rows, threads](std::span<uint8_t> out) {
-          return convert_tensor(*p.src, p.type, n_in, n_rows, p.permute_head_dim, threads, out);
+        p.spec->name, p.type, p.spec->shape, [&p, n_in, n_rows, threads](std::span<uint8_t> out) {
+          return convert_tensor(*p.src, p.type, n_in, n_rows, p.transform, threads, out);
         }));
   }
   summary.n_tensors = plan->size();

@@ -18,7 +18,7 @@ namespace tandem {
 
 // What config.json says, already mapped onto llama.cpp's hyperparameters.
 struct hf_config {
-  std::string model_type;  // "qwen3", "qwen2", "llama"
+  std::string model_type;  // "qwen3", "qwen2", "llama", "qwen3_5_text", "qwen3_5"
   const arch_spec* arch = nullptr;
   hparams hp;  // hp.tied_output mirrors tie_word_embeddings
 };
@@ -37,6 +37,12 @@ std::optional<std::string> map_hf_tensor_name(std::string_view hf_name);
 // row 2i+j) so that its adjacent-pair RoPE equals HF's rotate_half. Returns the HF row that GGUF
 // row `row` comes from; head_dim must be even.
 uint64_t llama_qk_source_row(uint64_t row, uint64_t head_dim);
+
+// Qwen3.5's V-head reorder (llama.cpp's _LinearAttentionVReorderBase): HF groups the value heads
+// by key head (head g*(Hv/Hk)+j is the j-th of k-head g), the GGUF tiles them (that head becomes
+// j*Hk+g, so v-head h uses k-head h % Hk). For a span of Hv heads of head_size entries each, returns
+// the HF index that GGUF index `index` holds.
+uint64_t qwen35_v_source_index(uint64_t index, uint32_t n_k_heads, uint32_t n_v_heads, uint64_t head_size);
 
 // llama.cpp's general.file_type for a model whose 2-D weights are all `t` (LLAMA_FTYPE_*).
 std::optional<uint32_t> llama_file_type(ggml_type t);

@@ -1,5 +1,6 @@
 // Rendered prompts must equal what HF's apply_chat_template gives for the real Qwen3, Llama 3 and
-// SmolLM2 templates; detection, fallbacks and stop tokens.
+// SmolLM2 templates; Qwen3.5's rules (expected prompts written from its chat_template.jinja);
+// detection, fallbacks and stop tokens.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -103,6 +104,96 @@ TEST(chat_template, detection_fallbacks_and_names) {
   auto bad = chat_format_from_name("vicuna");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("vicuna"), std::string::npos);
+}
+
+// The parts of Qwen3.5's chat_template.jinja that detection keys on, in both published variants
+// (large models think by default; the small ones' template opens the block only when asked).
+std::string qwen35_source(bool thinks_by_default) {
+  const std::string head =
+      "{%- macro render_content(content, do_vision_count, is_system_content=false) %}...{%- endmacro %}\n"
+      "{%- if tools and tools is iterable and tools is not mapping %}{{- '<|im_start|>system\\n' }}{%- endif %}\n"
+      "{{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content + '\\n</think>\\n\\n' + content }}\n"
+      "{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n' }}\n";
+  return head + (thinks_by_default
+                     ? "    {%- if enable_thinking is defined and enable_thinking is false %}\n"
+                       "        {{- '<think>\\n\\n</think>\\n\\n' }}\n    {%- else %}\n        {{- '<think>\\n' }}\n"
+                     : "    {%- if enable_thinking is defined and enable_thinking is true %}\n"
+                       "        {{- '<think>\\n' }}\n    {%- else %}\n        {{- '<think>\\n\\n</think>\\n\\n' }}\n") +
+         "    {%- endif %}\n{%- endif %}";
+}
+
+std::string render(const chat_template& t, const std::vector<chat_message>& m, std::optional<bool> think = {},
+                   bool gen = true) {
+  chat_options o;
+  o.add_generation_prompt = gen;
+  o.enable_thinking = think;
+  auto r = render_chat(t, m, o);
+  return r.ok() ? *r : "ERROR: " + r.message();
+}
+
+TEST(chat_template, qwen35_detection_and_thinking_default) {
+  const chat_template big = detect_chat_template(qwen35_source(true));
+  EXPECT_EQ(big.format, chat_format::qwen35);
+  EXPECT_TRUE(big.thinking_by_default);
+  EXPECT_FALSE(big.warning.empty());  // the template has tools; they are not rendered
+  const chat_template small = detect_chat_template(qwen35_source(false));
+  EXPECT_EQ(small.format, chat_format::qwen35);
+  EXPECT_FALSE(small.thinking_by_default);
+  EXPECT_EQ(chat_format_name(big.format), "qwen3.5");
+  EXPECT_EQ(*chat_format_from_name("qwen35"), chat_format::qwen35);
+  EXPECT_EQ(*chat_format_from_name("qwen3.5"), chat_format::qwen35);
+
+  const std::vector<chat_message> hi{{"user", "Hello!"}};
+  EXPECT_EQ(render(big, hi), "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n<think>\n");
+  EXPECT_EQ(render(big, hi, false), "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  EXPECT_EQ(render(small, hi), render(big, hi, false));
+  EXPECT_EQ(render(small, hi, true), render(big, hi));
+  EXPECT_EQ(render(big, hi, {}, false), "<|im_start|>user\nHello!<|im_end|>\n");
+}
+
+TEST(chat_template, qwen35_trims_contents_and_keeps_reasoning_after_the_last_query) {
+  chat_template t;
+  t.format = chat_format::qwen35;
+  // Every content is trimmed (Jinja's |trim), the system one too.
+  EXPECT_EQ(render(t, {{"system", "  You are terse.\n"}, {"user", "  padded text \n\t"}}),
+            "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\npadded text<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n");
+  // Reasoning before the last user turn is dropped; after it, kept (trimmed), and a plain answer
+  // gets an empty think block.
+  EXPECT_EQ(render(t,
+                   {{"user", "Q1"},
+                    {"assistant", "<think>\nr1\n</think>\n\nA1"},
+                    {"user", "Q2"},
+                    {"assistant", "<think>\n\n r2 \n\n</think>\n\n\nA2"}},
+                   {}, false),
+            "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\nr2\n</think>\n\nA2<|im_end|>\n");
+  EXPECT_EQ(render(t, {{"user", "Q"}, {"assistant", "plain answer"}}, false, true),
+            "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nplain answer<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  // Tool results share one user turn; a user turn that only wraps a tool response is not a query.
+  EXPECT_EQ(render(t,
+                   {{"user", "weather?"},
+                    {"assistant", "Checking."},
+                    {"tool", "{\"t\": 21}"},
+                    {"tool", " {\"rain\": false}\n"},
+                    {"user", "thanks"}},
+                   {}, false),
+            "<|im_start|>user\nweather?<|im_end|>\n<|im_start|>assistant\nChecking.<|im_end|>\n<|im_start|>user\n"
+            "<tool_response>\n{\"t\": 21}\n</tool_response>\n<tool_response>\n{\"rain\": false}\n</tool_response>"
+            "<|im_end|>\n<|im_start|>user\nthanks<|im_end|>\n");
+  EXPECT_EQ(render(t, {{"user", "go"}, {"assistant", "ok"}, {"user", " <tool_response>x</tool_response> "}}, {}, false),
+            "<|im_start|>user\ngo<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nok<|im_end|>\n"
+            "<|im_start|>user\n<tool_response>x</tool_response><|im_end|>\n");
+}
+
+TEST(chat_template, qwen35_refuses_what_its_template_refuses) {
+  chat_template t;
+  t.format = chat_format::qwen35;
+  EXPECT_TRUE(render(t, {}).starts_with("ERROR"));
+  EXPECT_NE(render(t, {{"system", "s"}}).find("no user message"), std::string::npos);
+  EXPECT_NE(render(t, {{"user", "a"}, {"system", "s"}}).find("system message must come first"), std::string::npos);
+  EXPECT_NE(render(t, {{"user", "a"}, {"developer", "d"}}).find("role 'developer'"), std::string::npos);
 }
 
 TEST(chat_template, raw_concatenates_and_rejects_bad_utf8) {

@@ -1,0 +1,110 @@
+// Pieces the Hugging Face importer shares between its files (hf_import.cpp, hf_import_qwen35.cpp):
+// the config.json field reader and the per-tensor transform. Not part of the public interface.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "convert/hf_import.h"
+
+namespace tandem::hf_detail {
+
+using json = nlohmann::json;
+
+// Field readers: absent (or JSON null) keeps the default; present with the wrong type is an error.
+class config_reader {
+ public:
+  config_reader(const json& j, const std::string& label) : j_(j), label_(label) {}
+
+  const json* get(std::string_view key) const {
+    auto it = j_.find(key);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  status u32(std::string_view key, uint32_t& out, bool required) const {
+    const json* v = get(key);
+    if (!v) return required ? status{make_error(label_, ": missing field ", key)} : status{};
+    if (!v->is_number_unsigned() || v->get<uint64_t>() == 0 || v->get<uint64_t>() > 0x7fffffffull)
+      return make_error(label_, ": field ", key, " must be a positive integer, got ", v->dump());
+    out = static_cast<uint32_t>(v->get<uint64_t>());
+    return {};
+  }
+
+  status positive_float(const json* v, std::string_view key, float& out) const {
+    if (!v) return {};
+    if (!v->is_number() || !(v->get<double>() > 0))
+      return make_error(label_, ": field ", key, " must be a positive number, got ", v->dump());
+    out = static_cast<float>(v->get<double>());
+    return {};
+  }
+
+  status boolean(std::string_view key, bool& out) const {
+    const json* v = get(key);
+    if (!v) return {};
+    if (!v->is_boolean())
+      return make_error(label_, ": field ", key, " must be true or false, got ", v->dump());
+    out = v->get<bool>();
+    return {};
+  }
+
+  // A feature flag this importer cannot honour: present and true is an error.
+  status refuse_true(std::string_view key, std::string_view why) const {
+    bool v = false;
+    TANDEM_TRY(boolean(key, v));
+    if (v) return make_error(label_, ": ", key, " is true; ", why);
+    return {};
+  }
+
+  // rope_scaling / rope_parameters: only the plain (unscaled) RoPE is supported.
+  status rope_type(std::string_view key) const {
+    const json* v = get(key);
+    if (!v) return {};
+    if (!v->is_object())
+      return make_error(label_, ": field ", key, " must be an object, got ", v->dump());
+    for (const char* k : {"rope_type", "type"}) {
+      auto it = v->find(k);
+      if (it == v->end() || it->is_null()) continue;
+      if (!it->is_string()) return make_error(label_, ": field ", key, ".", k, " must be a string");
+      if (it->get<std::string>() != "default")
+        return make_error(label_, ": ", key, ".", k, " is \"", it->get<std::string>(),
+                          "\"; only unscaled RoPE (\"default\") is supported");
+    }
+    return {};
+  }
+
+  const std::string& label() const { return label_; }
+
+ private:
+  const json& j_;
+  const std::string& label_;
+};
+
+// rope_theta from rope_parameters (newer transformers) or the top level; checks the RoPE type.
+status read_rope_theta(const config_reader& c, float& theta);
+// hidden_act must be silu.
+status check_silu(const config_reader& c);
+
+// How one tensor's values are rearranged and mapped on the way from safetensors to GGUF.
+struct tensor_transform {
+  enum class value_op { none, plus_one, neg_exp };
+  std::vector<uint64_t> row_src;  // GGUF row r reads source row row_src[r]; empty: identity
+  std::vector<uint64_t> col_src;  // within a row, GGUF column c reads column col_src[c]; empty: same
+  value_op op = value_op::none;   // plus_one: HF's (1 + w) norms; neg_exp: ssm_a = -exp(A_log)
+};
+
+// qwen35 (Qwen3_5ForCausalLM / the text part of Qwen3_5ForConditionalGeneration).
+// `root` is the whole config.json; a "qwen3_5" config nests the text model in text_config.
+result<hf_config> parse_qwen35_config(const json& root, const std::string& label);
+// Tensors a qwen35 checkpoint may hold that the text model does not use (vision tower, MTP head).
+bool qwen35_ignored_tensor(std::string_view hf_name);
+// HF -> GGUF names for qwen35 (also under the "model.language_model." prefix); nullopt otherwise.
+std::optional<std::string> map_qwen35_tensor_name(std::string_view hf_name);
+// The converter's value changes for a qwen35 tensor: +1 on norms (not ssm_norm), -exp(A_log),
+// and the V-head reorder on the DeltaNet tensors.
+tensor_transform qwen35_transform(const tensor_spec& spec, const hparams& hp);
+
+}  // namespace tandem::hf_detail
