@@ -42,15 +42,26 @@ std::string keep_alive_text(const json& m) {
 }
 
 void show_ps(const json& r) {
-  std::vector<std::vector<std::string>> rows = {
-      {"NAME", "STATE", "ARCH", "BACKEND", "DEVICE", "FILE", "CACHE", "CONTEXT", "QUEUED", "RUNNING", "KEEP-ALIVE"}};
-  for (const auto& m : r.value("models", json::array())) {
+  const json models = r.value("models", json::array());
+  // Hybrid models keep a recurrent state per sequence inside their cache: a column of its own
+  // (RECURRENT, part of CACHE) only when some model listed has one.
+  bool any_state = false;
+  for (const auto& m : models) any_state = any_state || u64(m, "state_bytes") > 0;
+  std::vector<std::string> head = {"NAME", "STATE", "ARCH", "BACKEND", "DEVICE", "FILE", "CACHE"};
+  if (any_state) head.push_back("RECURRENT");
+  for (const char* h : {"CONTEXT", "QUEUED", "RUNNING", "KEEP-ALIVE"}) head.push_back(h);
+  std::vector<std::vector<std::string>> rows = {head};
+  for (const auto& m : models) {
     if (!m.is_object() || m.value("state", "") == "unloaded") continue;
     const bool resident = m.value("state", "") == "resident";
-    rows.push_back({cell(m, "name") + (m.value("default", false) ? " *" : ""), cell(m, "state"), cell(m, "arch"),
-                    cell(m, "backend"), cell(m, "device"), resident ? human_bytes(u64(m, "file_bytes")) : "-",
-                    resident ? human_bytes(u64(m, "cache_bytes")) : "-", cell(m, "n_ctx"), cell(m, "queued"),
-                    cell(m, "running"), keep_alive_text(m)});
+    std::vector<std::string> row = {cell(m, "name") + (m.value("default", false) ? " *" : ""), cell(m, "state"),
+                                    cell(m, "arch"), cell(m, "backend"), cell(m, "device"),
+                                    resident ? human_bytes(u64(m, "file_bytes")) : "-",
+                                    resident ? human_bytes(u64(m, "cache_bytes")) : "-"};
+    if (any_state) row.push_back(resident && u64(m, "state_bytes") ? human_bytes(u64(m, "state_bytes")) : "-");
+    for (const std::string& c : {cell(m, "n_ctx"), cell(m, "queued"), cell(m, "running"), keep_alive_text(m)})
+      row.push_back(c);
+    rows.push_back(std::move(row));
   }
   if (rows.size() == 1) std::printf("no model is loaded (tandem load NAME FILE.gguf)\n");
   else print_table(rows);

@@ -118,6 +118,7 @@ class engine_model final : public served_model {
     i.n_ctx = cache_->config().n_ctx;
     i.file_bytes = model_->file->file_size();
     i.cache_bytes = cache_->bytes();
+    i.state_bytes = cache_->recurrent_bytes();
     return i;
   }
 

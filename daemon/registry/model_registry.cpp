@@ -310,6 +310,7 @@ nlohmann::json model_registry::describe() const {
       m["n_ctx"] = i.n_ctx;
       m["file_bytes"] = i.file_bytes;
       m["cache_bytes"] = i.cache_bytes;
+      m["state_bytes"] = i.state_bytes;
       m["completed"] = e.current->completed();
     }
     list.push_back(std::move(m));

@@ -43,7 +43,8 @@ struct model_info {
   std::uint64_t n_vocab = 0;
   std::uint64_t n_ctx = 0;
   std::uint64_t file_bytes = 0;   // mapped weights
-  std::uint64_t cache_bytes = 0;  // KV cache storage
+  std::uint64_t cache_bytes = 0;  // KV cache storage, recurrent state included
+  std::uint64_t state_bytes = 0;  // the part of cache_bytes that is hybrid models' recurrent state
 };
 
 // Receives text as it is produced; returning false cancels the generation.

@@ -2,8 +2,13 @@
 // the CUDA backend (cuda_weights.cpp: one 256-byte-aligned matrix buffer and one float32 vector
 // pack; cuda_backend.cpp: ensure_scratch, weight_tile_, the attention buffers, cuda_kv_cache,
 // logits), applied to the device's shard; with the whole model on one device they are that
-// backend's allocations exactly. Keep both in step when either changes.
+// backend's allocations exactly. Keep both in step when either changes. Hybrid (qwen35) models
+// restate cuda_kv_cache's state and checkpoint buffers and ensure_hybrid_scratch
+// (cuda_hybrid_block.cpp); no backend runs a split hybrid model yet, so the DeltaNet cut of a
+// tensor split is this plan's own layout (delta_net_value_runs).
 #include <algorithm>
+#include <functional>
+#include <numeric>
 #include <set>
 
 #include "core/exchange_layout.h"
@@ -25,51 +30,87 @@ constexpr uint64_t k_matvec_tokens = 8;                 // kernels/matvec.h k_ma
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-// Accumulates one device's weight buffers the way upload_weights lays them out.
+using run_list = std::vector<std::pair<uint64_t, uint64_t>>;
+
+uint64_t run_total(const run_list& runs) {
+  uint64_t n = 0;
+  for (const auto& [b, e] : runs) n += e - b;
+  return n;
+}
+
+// Accumulates one device's weight buffers the way upload_weights lays them out. A shard may be
+// several runs of rows or columns (a DeltaNet cut's strided value heads): one buffer, one
+// placement per run.
 class weight_layout {
  public:
   weight_layout(int device, std::vector<tensor_placement>* out) : device_(device), out_(out) {}
 
   status matrix(const gguf_tensor* t, placement_kind kind, uint64_t begin, uint64_t end) {
-    if (!t || !matrices_.insert({t, begin}).second) return {};  // the tied head shares token_embd's copy
+    return matrix_runs(t, kind, {{begin, end}});
+  }
+
+  status matrix_runs(const gguf_tensor* t, placement_kind kind, const run_list& runs) {
+    const bool sliced = kind == placement_kind::rows || kind == placement_kind::columns;
+    if (!t || (sliced && run_total(runs) == 0)) return {};
+    // The tied head shares token_embd's copy.
+    if (!matrices_.insert({t, sliced ? runs.front().first : 0}).second) return {};
     const uint64_t n_in = t->dims[0], n_out = t->n_elements / t->dims[0];
     uint64_t bytes = t->n_bytes, elems = t->n_elements;
+    std::vector<uint64_t> run_bytes;
     if (kind == placement_kind::rows) {
-      if (end <= begin) return {};
-      bytes = (end - begin) * row_bytes(t->type, n_in).value_or(0);
-      elems = (end - begin) * n_in;
+      const uint64_t rb = row_bytes(t->type, n_in).value_or(0);
+      for (const auto& [b, e] : runs) run_bytes.push_back((e - b) * rb);
+      elems = run_total(runs) * n_in;
     } else if (kind == placement_kind::columns) {
-      if (end <= begin) return {};
       const uint32_t block = type_info(t->type).block_size;
-      auto rb = row_bytes(t->type, end - begin);
-      if (begin % block != 0 || !rb)
-        return make_error("tensor ", t->name, " (", type_name(t->type), ", blocks of ", block,
-                          ") cannot be cut at input columns ", begin, "..", end,
-                          ": cuts must fall on whole blocks (try other ratios, or split layer)");
-      bytes = n_out * *rb;
-      elems = n_out * (end - begin);
+      for (const auto& [b, e] : runs) {
+        auto rb = row_bytes(t->type, e - b);
+        if (b % block != 0 || !rb)
+          return make_error("tensor ", t->name, " (", type_name(t->type), ", blocks of ", block,
+                            ") cannot be cut at input columns ", b, "..", e,
+                            ": cuts must fall on whole blocks (try other ratios, or split layer)");
+        run_bytes.push_back(n_out * *rb);
+      }
+      elems = n_out * run_total(runs);
     }
+    if (sliced) bytes = std::accumulate(run_bytes.begin(), run_bytes.end(), uint64_t{0});
     matrix_bytes_ = align_up(matrix_bytes_ + bytes, k_matrix_align);
     file_bytes_ += bytes;
     largest_ = std::max(largest_, elems);
-    record(t, kind, begin, end, bytes);
+    if (!sliced) record(t, kind, 0, 0, bytes);
+    for (size_t i = 0; sliced && i < runs.size(); ++i)
+      if (runs[i].second > runs[i].first) record(t, kind, runs[i].first, runs[i].second, run_bytes[i]);
     return {};
   }
 
-  // Norm weights and biases: float32 on the device, packed at 256-byte offsets.
+  // Norm weights, biases and other float vectors: float32 on the device, packed at 256-byte
+  // offsets. columns: elements of a 1-d tensor; rows: rows of dims[0] elements (conv channels).
   status vector(const gguf_tensor* t, placement_kind kind, uint64_t begin = 0, uint64_t end = 0) {
-    if (!t || !vectors_.insert(t).second) return {};
+    return vector_runs(t, kind, {{begin, end}});
+  }
+
+  status vector_runs(const gguf_tensor* t, placement_kind kind, const run_list& runs) {
+    const bool sliced = kind == placement_kind::rows || kind == placement_kind::columns;
+    if (!t || (sliced && run_total(runs) == 0) || !vectors_.insert(t).second) return {};
     uint64_t n = t->n_elements, bytes = t->n_bytes;
-    if (kind == placement_kind::columns) {
-      if (end <= begin) return {};
-      n = end - begin;
-      auto rb = row_bytes(t->type, n);
-      if (!rb) return make_error("tensor ", t->name, " cannot be cut at elements ", begin, "..", end);
-      bytes = *rb;
+    const uint64_t row = kind == placement_kind::rows ? t->dims[0] : 1;
+    std::vector<uint64_t> run_bytes;
+    for (size_t i = 0; sliced && i < runs.size(); ++i) {
+      auto rb = row_bytes(t->type, (runs[i].second - runs[i].first) * row);
+      if (!rb)
+        return make_error("tensor ", t->name, " cannot be cut at elements ", runs[i].first * row, "..",
+                          runs[i].second * row);
+      run_bytes.push_back(*rb);
+    }
+    if (sliced) {
+      n = run_total(runs) * row;
+      bytes = std::accumulate(run_bytes.begin(), run_bytes.end(), uint64_t{0});
     }
     vector_floats_ = align_up(vector_floats_, k_vector_align_floats) + n;
     file_bytes_ += bytes;
-    record(t, kind, begin, end, bytes);
+    if (!sliced) record(t, kind, 0, 0, bytes);
+    for (size_t i = 0; sliced && i < runs.size(); ++i)
+      if (runs[i].second > runs[i].first) record(t, kind, runs[i].first, runs[i].second, run_bytes[i]);
     return {};
   }
 
@@ -82,9 +123,7 @@ class weight_layout {
 
  private:
   void record(const gguf_tensor* t, placement_kind kind, uint64_t begin, uint64_t end, uint64_t bytes) {
-    if (!out_) return;
-    const bool sliced = kind == placement_kind::rows || kind == placement_kind::columns;
-    out_->push_back({t, device_, kind, sliced ? begin : 0, sliced ? end : 0, bytes});
+    if (out_) out_->push_back({t, device_, kind, begin, end, bytes});
   }
 
   int device_;
@@ -94,39 +133,76 @@ class weight_layout {
   uint64_t matrix_bytes_ = 0, vector_floats_ = 0, file_bytes_ = 0, largest_ = 0;
 };
 
-// One layer's tensors as the share cuts them: whole when the share has all heads / all columns.
-status add_layer(const model_desc& desc, const layer_weights& l, const device_share& s, placement_kind norm_kind,
-                 weight_layout& w) {
+// An attention layer's tensors as the share cuts them: whole when the share has all heads.
+// Hybrid attention (gated) has 2·D rows of attn_q per query head: [q, gate].
+status add_attention(const model_desc& desc, const layer_weights& l, const device_share& s, placement_kind norm_kind,
+                     weight_layout& w) {
   const auto& hp = desc.hp;
-  const uint64_t D = hp.head_dim, grp = hp.n_head / hp.n_head_kv;
+  const uint64_t D = hp.head_dim, grp = hp.n_head / hp.n_head_kv, qrows = desc.arch->flags.hybrid ? 2 : 1;
   const bool all_heads = s.kv_head_begin == 0 && s.kv_head_end == hp.n_head_kv;
-  const bool all_ffn = s.ffn_begin == 0 && s.ffn_end == hp.n_ff;
   const uint64_t q0 = s.kv_head_begin * grp * D, q1 = s.kv_head_end * grp * D;
   const uint64_t k0 = s.kv_head_begin * D, k1 = s.kv_head_end * D;
   const auto rows = all_heads ? placement_kind::whole : placement_kind::rows;
   const auto cols = all_heads ? placement_kind::whole : placement_kind::columns;
-  TANDEM_TRY(w.matrix(l.wq, rows, q0, q1));
+  TANDEM_TRY(w.matrix(l.wq, rows, q0 * qrows, q1 * qrows));
   TANDEM_TRY(w.matrix(l.wk, rows, k0, k1));
   TANDEM_TRY(w.matrix(l.wv, rows, k0, k1));
   TANDEM_TRY(w.matrix(l.wo, cols, q0, q1));  // row-parallel: this device's heads' inputs
+  TANDEM_TRY(w.vector(l.q_norm, norm_kind));  // one head's weights, shared by all heads
+  TANDEM_TRY(w.vector(l.k_norm, norm_kind));
+  TANDEM_TRY(w.vector(l.bq, cols, q0, q1));
+  TANDEM_TRY(w.vector(l.bk, cols, k0, k1));
+  return w.vector(l.bv, cols, k0, k1);
+}
+
+// A DeltaNet layer's tensors for the share's key heads and the value heads that go with them:
+// rows of attn_qkv (q, k of its key heads; v of its value heads), of attn_gate, ssm_beta and
+// ssm_alpha; input columns of ssm_out; conv channels (rows of ssm_conv1d) and per-head vectors.
+status add_delta_net(const model_desc& desc, const layer_weights& l, const device_share& s, placement_kind norm_kind,
+                     weight_layout& w) {
+  const auto& hp = desc.hp;
+  const delta_net_shape dn = delta_net_of(hp);
+  const bool all = s.dn_head_begin == 0 && s.dn_head_end == dn.n_k_heads;
+  const auto rows = all ? placement_kind::whole : placement_kind::rows;
+  const auto cols = all ? placement_kind::whole : placement_kind::columns;
+  const run_list heads = delta_net_value_runs(hp, s);
+  const uint64_t kd = dn.k_dim, key_dim = dn.key_dim();
+  run_list values, channels = {{s.dn_head_begin * kd, s.dn_head_end * kd},
+                               {key_dim + s.dn_head_begin * kd, key_dim + s.dn_head_end * kd}};
+  for (const auto& [b, e] : heads) {
+    values.push_back({b * dn.v_dim, e * dn.v_dim});
+    channels.push_back({2 * key_dim + b * dn.v_dim, 2 * key_dim + e * dn.v_dim});
+  }
+  TANDEM_TRY(w.matrix_runs(l.dn_qkv, rows, channels));
+  TANDEM_TRY(w.matrix_runs(l.dn_gate, rows, values));
+  TANDEM_TRY(w.matrix_runs(l.dn_beta, rows, heads));
+  TANDEM_TRY(w.matrix_runs(l.dn_alpha, rows, heads));
+  TANDEM_TRY(w.matrix_runs(l.dn_out, cols, values));
+  TANDEM_TRY(w.vector_runs(l.dn_conv, rows, channels));
+  TANDEM_TRY(w.vector_runs(l.dn_dt_bias, cols, heads));
+  TANDEM_TRY(w.vector_runs(l.dn_a, cols, heads));
+  return w.vector(l.dn_norm, norm_kind);  // one head's weights, shared by all heads
+}
+
+// One layer's tensors as the share cuts them, in upload_weights' order: the two norms, the mixer
+// of the layer's kind (when the share has any of its heads), the FFN (when it has columns).
+status add_layer(const model_desc& desc, uint32_t il, const device_share& s, placement_kind norm_kind,
+                 weight_layout& w) {
+  const auto& hp = desc.hp;
+  const layer_weights& l = desc.layers[il];
+  TANDEM_TRY(w.vector(l.attn_norm, norm_kind));
+  TANDEM_TRY(w.vector(l.ffn_norm, norm_kind));
+  if (hp.kind(il) == layer_kind::attention) {
+    if (s.kv_head_end > s.kv_head_begin) TANDEM_TRY(add_attention(desc, l, s, norm_kind, w));
+  } else if (s.dn_head_end > s.dn_head_begin) {
+    TANDEM_TRY(add_delta_net(desc, l, s, norm_kind, w));
+  }
+  const bool all_ffn = s.ffn_begin == 0 && s.ffn_end == hp.n_ff;
   const auto frows = all_ffn ? placement_kind::whole : placement_kind::rows;
   const auto fcols = all_ffn ? placement_kind::whole : placement_kind::columns;
   TANDEM_TRY(w.matrix(l.ffn_gate, frows, s.ffn_begin, s.ffn_end));
   TANDEM_TRY(w.matrix(l.ffn_up, frows, s.ffn_begin, s.ffn_end));
-  TANDEM_TRY(w.matrix(l.ffn_down, fcols, s.ffn_begin, s.ffn_end));
-  // upload_weights packs vectors in this order: attn_norm, ffn_norm, q_norm, k_norm, bq, bk, bv.
-  const auto bias = all_heads ? placement_kind::whole : placement_kind::columns;
-  const bool any_heads = s.kv_head_end > s.kv_head_begin;
-  TANDEM_TRY(w.vector(l.attn_norm, norm_kind));
-  TANDEM_TRY(w.vector(l.ffn_norm, norm_kind));
-  if (any_heads) {
-    TANDEM_TRY(w.vector(l.q_norm, norm_kind));  // one head's weights, shared by all heads
-    TANDEM_TRY(w.vector(l.k_norm, norm_kind));
-    TANDEM_TRY(w.vector(l.bq, bias, q0, q1));
-    TANDEM_TRY(w.vector(l.bk, bias, k0, k1));
-    TANDEM_TRY(w.vector(l.bv, bias, k0, k1));
-  }
-  return {};
+  return w.matrix(l.ffn_down, fcols, s.ffn_begin, s.ffn_end);
 }
 
 // Largest scores buffer of the GEMM attention path: attention_gemm() sizes it for grp heads ×
@@ -178,12 +254,99 @@ uint64_t device_overhead_bytes(const plan_options& opt, int n_used_devices) {
   return b;
 }
 
+std::vector<std::pair<uint64_t, uint64_t>> delta_net_value_runs(const hparams& hp, const device_share& s) {
+  const delta_net_shape dn = delta_net_of(hp);
+  std::vector<std::pair<uint64_t, uint64_t>> runs;
+  if (s.dn_head_end <= s.dn_head_begin || dn.n_k_heads == 0) return runs;
+  if (s.dn_head_begin == 0 && s.dn_head_end == dn.n_k_heads) return {{0, dn.n_v_heads}};
+  for (uint64_t j = 0; j < dn.n_v_heads / dn.n_k_heads; ++j)
+    runs.push_back({j * dn.n_k_heads + s.dn_head_begin, j * dn.n_k_heads + s.dn_head_end});
+  return runs;
+}
+
+namespace {
+
+// The sizes of one device's share that its buffers are made from. Like the backend's hp_, the
+// widths are the share's heads and columns whenever the device has any layer: ensure_scratch
+// sizes every buffer for them whatever kinds its layers are.
+struct share_dims {
+  uint64_t n_attn = 0, n_dn = 0;       // attention / DeltaNet layers in its range
+  uint64_t kv_heads = 0, q_heads = 0;  // attention heads of its share
+  uint64_t QD = 0, KD = 0, F = 0;      // per-token widths (0 without layers)
+  uint64_t dn_k = 0, dn_v = 0;         // DeltaNet key / value heads (hybrid models)
+  uint64_t C = 0, V = 0;               // DeltaNet conv channels and value width
+};
+
+share_dims dims_of(const hparams& hp, const device_share& s) {
+  share_dims d;
+  for (uint32_t il = s.layer_begin; il < s.layer_end; ++il)
+    (hp.kind(il) == layer_kind::attention ? d.n_attn : d.n_dn)++;
+  d.kv_heads = s.kv_head_end - s.kv_head_begin;
+  if (s.layer_end > s.layer_begin) {
+    d.q_heads = d.kv_heads * (hp.n_head / hp.n_head_kv);
+    d.QD = d.q_heads * hp.head_dim;
+    d.KD = d.kv_heads * hp.head_dim;
+    d.F = s.ffn_end - s.ffn_begin;
+  }
+  if (hp.hybrid() && s.layer_end > s.layer_begin) {
+    const delta_net_shape dn = delta_net_of(hp);
+    d.dn_k = s.dn_head_end - s.dn_head_begin;
+    d.dn_v = d.dn_k * (dn.n_v_heads / dn.n_k_heads);
+    d.C = 2 * d.dn_k * dn.k_dim + d.dn_v * dn.v_dim;
+    d.V = d.dn_v * dn.v_dim;
+  }
+  return d;
+}
+
+// ensure_scratch for n_batch tokens with the device's heads and FFN columns, the packed per-batch
+// integers, and the output device's logits. Hybrid models add (ensure_hybrid_scratch) gated
+// attention's [q, gate] rows and gate, and the DeltaNet's qkv, conv output, z, rule output, gated
+// norm output and four per-head gate vectors (b, a, g, beta), and four ints per DeltaNet run.
+uint64_t activation_bytes(const model_desc& desc, const plan_options& opt, const device_share& s,
+                          const share_dims& d, uint64_t blocks_per_seq,
+                          const std::function<uint64_t(uint64_t)>& alloc) {
+  const auto& hp = desc.hp;
+  const uint64_t T = opt.n_batch, E = hp.n_embd, f = sizeof(float), L = opt.n_logits;
+  uint64_t act = 3 * alloc(T * E * f) + 2 * alloc(T * d.QD * f) + 2 * alloc(T * d.KD * f) + 2 * alloc(T * d.F * f) +
+                 alloc(T * std::max({E, d.QD, d.F, d.V}) * sizeof(uint16_t));
+  if (desc.hp.hybrid()) act += alloc(T * 2 * d.QD * f) + alloc(T * d.QD * f);
+  act += 2 * alloc(T * d.C * f) + 3 * alloc(T * d.V * f) + 4 * alloc(T * d.dn_v * f);
+  // The packed per-batch integers: tokens, positions (twice), slots, tables, outputs, block tables.
+  const uint64_t table_width = align_up(std::max<uint64_t>(1, blocks_per_seq), k_block_bucket);
+  const uint64_t runs = std::min<uint64_t>(opt.n_seqs, T);
+  act += alloc((5 * T + L + runs * table_width + (desc.hp.hybrid() ? 4 * runs : 0)) * 4);
+  if (s.output) act += alloc(L * E * f) + alloc(L * hp.n_vocab * f) + alloc(L * sizeof(int32_t));
+  return act;
+}
+
+// The fp16 weight tile, the mat-vec's int8 x, the GEMM attention's buffers (allocated on first
+// use: devices with attention layers) and the paged attention's partials (allocated by prepare).
+uint64_t workspace_bytes(const model_desc& desc, const plan_options& opt, const share_dims& d, uint64_t largest,
+                         const std::function<uint64_t(uint64_t)>& alloc) {
+  const auto& hp = desc.hp;
+  const uint64_t T = opt.n_batch, E = hp.n_embd, D = hp.head_dim;
+  uint64_t ws = alloc(std::min(largest, k_weight_tile_elems) * sizeof(uint16_t));
+  ws += alloc(matvec_work_bytes(std::max({E, d.QD, d.F, d.V}), std::min(T, k_matvec_tokens)));  // matvec_work_
+  if (d.q_heads == 0) return ws;
+  const uint64_t grp = hp.n_head / hp.n_head_kv;
+  if (d.n_attn && T >= k_gemm_attention_min && opt.n_ctx >= k_gemm_attention_min) {
+    ws += 2 * alloc(d.kv_heads * opt.n_ctx * D * 2);                     // kh_, vh_
+    ws += alloc(d.q_heads * std::min<uint64_t>(T, opt.n_ctx) * D * 2);  // qh_
+    const uint64_t sf = gemm_scores_floats(grp, T, opt.n_ctx);
+    ws += alloc(sf * sizeof(float)) + alloc(sf * sizeof(uint16_t));  // scores_, probs_
+  }
+  ws += alloc(std::min(T * d.q_heads, k_paged_pairs_max) * k_paged_splits * (D + 2) * sizeof(float));
+  return ws;
+}
+
+}  // namespace
+
 result<device_usage> device_footprint(const model_desc& desc, const plan_options& opt, const device_share& s,
                                       int n_used_devices, std::vector<tensor_placement>* placements,
                                       int device_index) {
   const auto& hp = desc.hp;
   const uint64_t g = opt.rt.alloc_granularity ? opt.rt.alloc_granularity : 1;
-  auto alloc = [g](uint64_t bytes) { return bytes == 0 ? 0 : align_up(bytes, g); };
+  const std::function<uint64_t(uint64_t)> alloc = [g](uint64_t bytes) { return bytes == 0 ? 0 : align_up(bytes, g); };
   device_usage u;
   if (!s.used()) return u;
 
@@ -197,51 +360,33 @@ result<device_usage> device_footprint(const model_desc& desc, const plan_options
     w.note_output_head(desc.output);
     TANDEM_TRY(w.vector(desc.output_norm, placement_kind::whole));
   }
-  for (uint32_t il = s.layer_begin; il < s.layer_end; ++il) TANDEM_TRY(add_layer(desc, desc.layers[il], s, norm_kind, w));
+  for (uint32_t il = s.layer_begin; il < s.layer_end; ++il) TANDEM_TRY(add_layer(desc, il, s, norm_kind, w));
   u.weights = alloc(w.matrix_bytes()) + alloc(w.vector_bytes());
   u.tensor_bytes = w.file_bytes();
 
-  // KV cache: cuda_kv_cache allocates K and V as one buffer each over the device's layers.
-  const uint64_t n_layers = s.layer_end - s.layer_begin;
-  const uint64_t kv_heads = s.kv_head_end - s.kv_head_begin, q_heads = kv_heads * (hp.n_head / hp.n_head_kv);
+  // KV cache: cuda_kv_cache allocates K and V as one buffer each over the device's attention layers.
+  const share_dims d = dims_of(hp, s);
   const uint64_t blocks_per_seq = (uint64_t{opt.n_ctx} + opt.block_size - 1) / opt.block_size;
   const uint64_t n_slots = blocks_per_seq * opt.n_seqs * opt.block_size;
   if (n_slots > k_max_kv_slots)
     return make_error("KV cache: ", opt.n_seqs, " sequences of ", opt.n_ctx, " tokens need ", n_slots,
                       " slots, more than the cache supports (", k_max_kv_slots, ")");
-  const uint64_t kv_layer = n_slots * kv_row_bytes(opt.kv_type, kv_heads, hp.head_dim);
-  u.kv_cache = 2 * alloc(kv_layer * n_layers);
+  const uint64_t kv_layer = n_slots * kv_row_bytes(opt.kv_type, d.kv_heads, hp.head_dim);
+  u.kv_cache = 2 * alloc(kv_layer * d.n_attn);
 
-  // Activations: ensure_scratch for n_batch tokens with the device's heads and FFN columns.
-  const uint64_t T = opt.n_batch, E = hp.n_embd, D = hp.head_dim, f = sizeof(float);
-  const uint64_t QD = n_layers ? q_heads * D : 0, KD = n_layers ? kv_heads * D : 0,
-                 F = n_layers ? s.ffn_end - s.ffn_begin : 0;
-  const uint64_t L = opt.n_logits;
-  uint64_t act = 3 * alloc(T * E * f) + 2 * alloc(T * QD * f) + 2 * alloc(T * KD * f) + 2 * alloc(T * F * f) +
-                 alloc(T * std::max({E, QD, F}) * sizeof(uint16_t));
-  // The packed per-batch integers: tokens, positions (twice), slots, tables, outputs, block tables.
-  const uint64_t table_width = align_up(std::max<uint64_t>(1, blocks_per_seq), k_block_bucket);
-  act += alloc((5 * T + L + std::min<uint64_t>(opt.n_seqs, T) * table_width) * 4);
-  if (s.output) act += alloc(L * E * f) + alloc(L * hp.n_vocab * f) + alloc(L * sizeof(int32_t));
-  u.activations = act;
-
-  // Workspace.
-  uint64_t ws = alloc(std::min(w.largest_elems(), k_weight_tile_elems) * sizeof(uint16_t));
-  ws += alloc(matvec_work_bytes(std::max({E, QD, F}), std::min(T, k_matvec_tokens)));  // matvec_work_
-  if (q_heads > 0 && n_layers > 0) {
-    const uint64_t grp = hp.n_head / hp.n_head_kv;
-    if (T >= k_gemm_attention_min && opt.n_ctx >= k_gemm_attention_min) {
-      ws += 2 * alloc(kv_heads * opt.n_ctx * D * 2);                     // kh_, vh_
-      ws += alloc(q_heads * std::min<uint64_t>(T, opt.n_ctx) * D * 2);  // qh_
-      const uint64_t sf = gemm_scores_floats(grp, T, opt.n_ctx);
-      ws += alloc(sf * sizeof(float)) + alloc(sf * sizeof(uint16_t));  // scores_, probs_
-    }
-    ws += alloc(std::min(T * q_heads, k_paged_pairs_max) * k_paged_splits * (D + 2) * sizeof(float));
+  // Recurrent state (kv_cache::recurrent_bytes() for the device's share): per sequence and
+  // DeltaNet layer the conv's last K-1 inputs of its channels and S of its value heads, fp32;
+  // one buffer for the live state and one for the checkpoint copy.
+  if (d.n_dn && d.dn_k) {
+    const delta_net_shape dn = delta_net_of(hp);
+    const uint64_t per_layer = uint64_t(dn.kernel - 1) * d.C + d.dn_v * dn.k_dim * dn.v_dim;
+    u.state = 2 * alloc(uint64_t{opt.n_seqs} * d.n_dn * per_layer * sizeof(float));
   }
-  u.workspace = ws;
 
+  u.activations = activation_bytes(desc, opt, s, d, blocks_per_seq, alloc);
+  u.workspace = workspace_bytes(desc, opt, d, w.largest_elems(), alloc);
   u.overhead = device_overhead_bytes(opt, n_used_devices);
-  u.total = u.weights + u.kv_cache + u.activations + u.workspace + u.overhead;
+  u.total = u.weights + u.kv_cache + u.state + u.activations + u.workspace + u.overhead;
   return u;
 }
 

@@ -1,5 +1,6 @@
 // The plan proper: option checks, the main device, ratios (given, or balancing time subject to
-// memory), each device's share of layers / KV heads / FFN columns, and the verdict.
+// memory), each device's share of layers / KV heads / DeltaNet key heads / FFN columns, and the
+// verdict.
 #include "plan/memory_plan.h"
 
 #include <algorithm>
@@ -16,6 +17,7 @@ status check_options(const model_desc& desc, const plan_options& o) {
     return make_error("plan: the model description is not bound");
   if (desc.hp.n_head_kv == 0 || desc.hp.n_head % desc.hp.n_head_kv != 0)
     return make_error("plan: ", desc.hp.n_head, " query heads do not divide into ", desc.hp.n_head_kv, " KV heads");
+  if (auto st = check_hybrid_hparams(*desc.arch, desc.hp); !st.ok()) return make_error("plan: ", st.message());
   if (o.devices.empty()) return make_error("plan: no devices given");
   for (size_t i = 0; i < o.devices.size(); ++i)
     if (o.devices[i].total_bytes == 0) return make_error("plan: device ", i, " (", o.devices[i].name, ") has no memory");
@@ -57,6 +59,21 @@ uint64_t ffn_unit(const model_desc& desc) {
   return unit;
 }
 
+// DeltaNet key heads are cut at multiples of this: every cut of ssm_out's inputs (value heads of
+// dv columns, in Hv/Hk strided runs) must fall on whole blocks of its type. Hk when no cut does.
+uint32_t delta_net_unit(const model_desc& desc) {
+  const delta_net_shape dn = delta_net_of(desc.hp);
+  if (dn.n_k_heads == 0) return 1;
+  uint64_t unit = 1;
+  for (uint32_t il = 0; il < desc.hp.n_layer; ++il) {
+    const gguf_tensor* out = desc.layers[il].dn_out;
+    if (desc.hp.kind(il) != layer_kind::delta_net || !out) continue;
+    const uint64_t block = type_info(out->type).block_size;
+    unit = std::lcm(unit, block / std::gcd(block, uint64_t{dn.v_dim}));
+  }
+  return dn.n_k_heads % unit == 0 ? uint32_t(unit) : dn.n_k_heads;
+}
+
 // Contiguous ranges of `units` by cumulative share, in device order.
 std::vector<uint64_t> boundaries(uint64_t units, const std::vector<double>& shares) {
   std::vector<uint64_t> b(shares.size() + 1, 0);
@@ -73,6 +90,7 @@ device_share full_share(const model_desc& desc, bool main) {
   device_share s;
   s.layer_end = desc.hp.n_layer;
   s.kv_head_end = desc.hp.n_head_kv;
+  s.dn_head_end = delta_net_of(desc.hp).n_k_heads;
   s.ffn_end = desc.hp.n_ff;
   s.embeddings = s.output = main;
   return s;
@@ -109,13 +127,17 @@ std::vector<device_share> make_shares(const model_desc& desc, const plan_options
   const auto heads = boundaries(hp.n_head_kv, shares);
   const uint64_t unit = ffn_unit(desc);
   const auto ffn = boundaries(hp.n_ff / unit, shares);
+  const uint32_t dn_unit = delta_net_unit(desc);
+  const auto dn = boundaries(delta_net_of(hp).n_k_heads / dn_unit, shares);
   for (size_t d = 0; d < n; ++d) {
     device_share& s = out[d];
     s.kv_head_begin = uint32_t(heads[d]);
     s.kv_head_end = uint32_t(heads[d + 1]);
+    s.dn_head_begin = uint32_t(dn[d] * dn_unit);
+    s.dn_head_end = uint32_t(dn[d + 1] * dn_unit);
     s.ffn_begin = ffn[d] * unit;
     s.ffn_end = ffn[d + 1] * unit;
-    const bool any = s.kv_head_end > s.kv_head_begin || s.ffn_end > s.ffn_begin;
+    const bool any = s.kv_head_end > s.kv_head_begin || s.dn_head_end > s.dn_head_begin || s.ffn_end > s.ffn_begin;
     s.layer_end = any ? hp.n_layer : 0;
   }
   return out;
@@ -147,7 +169,8 @@ status evaluate(const model_desc& desc, const plan_options& o, const std::vector
       p.fits = false;
       p.reasons.push_back(make_error(
           "device ", d, " (", o.devices[d].name, ") needs ", plan_bytes_text(du.total), " (weights ",
-          plan_bytes_text(du.weights), ", KV cache ", plan_bytes_text(du.kv_cache), ", activations ",
+          plan_bytes_text(du.weights), ", KV cache ", plan_bytes_text(du.kv_cache),
+          du.state ? ", recurrent state " + plan_bytes_text(du.state) : std::string(), ", activations ",
           plan_bytes_text(du.activations), ", workspace ", plan_bytes_text(du.workspace), ", overhead ",
           plan_bytes_text(du.overhead), ") but has ", plan_bytes_text(du.available), " available (",
           plan_bytes_text(du.capacity), " less a ", plan_bytes_text(o.margin_bytes), " margin): ",
@@ -224,7 +247,8 @@ result<std::vector<double>> default_shares(const model_desc& desc, const plan_op
   std::vector<double> s = water_fill(speed, cap);
   // The estimate is linear but shares are whole layers or heads: move one unit at a time off a
   // device that is short onto the one with the most room, while that helps.
-  const double unit = 1.0 / (o.split == split_mode::layer ? desc.hp.n_layer : desc.hp.n_head_kv);
+  const uint32_t dn_cuts = delta_net_of(desc.hp).n_k_heads / delta_net_unit(desc);
+  const double unit = 1.0 / (o.split == split_mode::layer ? desc.hp.n_layer : std::max(desc.hp.n_head_kv, dn_cuts));
   memory_plan p;
   p.main_device = main;
   for (int iter = 0; iter < 64; ++iter) {
@@ -281,6 +305,21 @@ void add_notes(const model_desc& desc, const plan_options& o, memory_plan& p) {
     for (size_t d = 0; d < o.devices.size(); ++d)
       if (p.shares[d].used() && p.shares[d].kv_head_end == p.shares[d].kv_head_begin)
         p.notes.push_back("device " + std::to_string(d) + " gets FFN columns but no attention heads");
+  const delta_net_shape dn = delta_net_of(desc.hp);
+  if (o.split != split_mode::tensor || o.devices.size() < 2 || dn.n_k_heads == 0) return;
+  const uint32_t unit = delta_net_unit(desc);
+  const std::string hk = std::to_string(dn.n_k_heads);
+  p.notes.push_back("DeltaNet layers are cut by key heads" +
+                    (unit > 1 ? " in groups of " + std::to_string(unit) + " (whole blocks of ssm_out's inputs)" : "") +
+                    ": value head h uses key head h % " + hk + ", so a device with key heads a-b computes the value "
+                    "heads h with h % " + hk + " in a-b (" + std::to_string(dn.n_v_heads / dn.n_k_heads) +
+                    " strided runs), with their conv channels and state; contiguous value-head ranges would repeat "
+                    "every key head's q and k on each device");
+  if (unit == dn.n_k_heads)
+    p.notes.push_back("no cut of the DeltaNet key heads falls on whole blocks of ssm_out: one device holds them all");
+  for (size_t d = 0; d < o.devices.size(); ++d)
+    if (p.shares[d].used() && p.shares[d].dn_head_end == p.shares[d].dn_head_begin && unit < dn.n_k_heads)
+      p.notes.push_back("device " + std::to_string(d) + " gets no DeltaNet heads");
 }
 
 }  // namespace
@@ -312,8 +351,9 @@ result<memory_plan> make_memory_plan(const model_desc& desc, const plan_options&
   for (const gguf_tensor* t : {desc.token_embd, desc.output_norm}) p.model_tensor_bytes += t->n_bytes;
   if (!desc.hp.tied_output) p.model_tensor_bytes += desc.output->n_bytes;
   for (const auto& l : desc.layers)
-    for (const gguf_tensor* t : {l.attn_norm, l.wq, l.wk, l.wv, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.wo, l.ffn_norm,
-                                 l.ffn_gate, l.ffn_up, l.ffn_down})
+    for (const gguf_tensor* t : {l.attn_norm, l.wq, l.wk, l.wv, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.wo, l.dn_qkv,
+                                 l.dn_gate, l.dn_conv, l.dn_dt_bias, l.dn_a, l.dn_beta, l.dn_alpha, l.dn_norm, l.dn_out,
+                                 l.ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down})
       if (t) p.model_tensor_bytes += t->n_bytes;
 
   std::vector<double> shares(n, 0);

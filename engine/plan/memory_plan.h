@@ -2,10 +2,13 @@
 // allocated. It says which device holds which tensor or shard, where each layer's KV heads live,
 // and how many bytes each device needs by category, using the same formulas as the CUDA backend's
 // allocations (backend/cuda/cuda_backend.cpp, cuda_weights.cpp), so a load can be refused up front.
+// Hybrid models (qwen35): attention layers hold KV, Gated DeltaNet layers a recurrent state per
+// sequence (and its checkpoint copy), each counted on the devices holding those layers and heads.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/result.h"
@@ -16,8 +19,11 @@ namespace tandem {
 
 // What part of the model one device computes. Ranges are half-open.
 struct device_share {
-  uint32_t layer_begin = 0, layer_end = 0;      // layers whose weights and KV cache it holds
+  uint32_t layer_begin = 0, layer_end = 0;      // layers whose weights and KV cache / state it holds
   uint32_t kv_head_begin = 0, kv_head_end = 0;  // KV heads (query heads: times the group size)
+  // Gated DeltaNet layers are cut by key heads [dn_head_begin, dn_head_end) of Hk; the value heads
+  // follow (delta_net_value_runs), and with them the conv channels and the recurrent state.
+  uint32_t dn_head_begin = 0, dn_head_end = 0;
   uint64_t ffn_begin = 0, ffn_end = 0;          // FFN columns (rows of gate/up, inputs of down)
   bool embeddings = false;                      // token_embd and the lookup
   bool output = false;                          // output_norm, the output head and the logits
@@ -41,7 +47,10 @@ struct tensor_placement {
 // allocation rounded up to the allocation granularity.
 struct device_usage {
   uint64_t weights = 0;      // matrices in GGUF types (256-byte aligned) + float32 norms/biases
-  uint64_t kv_cache = 0;     // K and V of the device's layers and KV heads
+  uint64_t kv_cache = 0;     // K and V of the device's attention layers and KV heads
+  // Hybrid models: every sequence's recurrent state (conv inputs and S, fp32) of the device's
+  // DeltaNet layers and heads, plus the checkpoint copy the cache keeps of it (kv_cache.h).
+  uint64_t state = 0;
   uint64_t activations = 0;  // per-token buffers sized for n_batch tokens, logits on the output device
   uint64_t workspace = 0;    // fp16 weight tile, GEMM-attention buffers, decode attention partials
   uint64_t overhead = 0;     // CUDA context, cuBLAS workspace, NCCL (estimates)
@@ -82,6 +91,13 @@ result<memory_plan> make_memory_plan(const model_desc& desc, const plan_options&
 result<device_usage> device_footprint(const model_desc& desc, const plan_options& opt, const device_share& share,
                                       int n_used_devices, std::vector<tensor_placement>* placements = nullptr,
                                       int device_index = 0);
+
+// The value heads a DeltaNet cut gives a device, as half-open runs of head indices. V-head h uses
+// k-head h % Hk (the file's tiled order), so key heads [g0, g1) come with the Hv/Hk runs
+// [j·Hk + g0, j·Hk + g1): the one cut under which no key head's q/k is needed on two devices. A
+// cut into contiguous value-head ranges would need every key head on each side once a range spans
+// Hk heads. Empty without DeltaNet heads.
+std::vector<std::pair<uint64_t, uint64_t>> delta_net_value_runs(const hparams& hp, const device_share& s);
 
 // What every used device spends besides its buffers: the CUDA context, cuBLAS's workspace and,
 // in a tensor split over several devices, the exchange buffers (and NCCL's, if charged).

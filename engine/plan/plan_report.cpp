@@ -27,6 +27,12 @@ std::string range_text(uint64_t b, uint64_t e) {
   return e > b + 1 ? std::to_string(b) + "-" + std::to_string(e - 1) : std::to_string(b);
 }
 
+std::string runs_text(const std::vector<std::pair<uint64_t, uint64_t>>& runs) {
+  std::string out;
+  for (const auto& [b, e] : runs) out += (out.empty() ? "" : ", ") + range_text(b, e);
+  return out;
+}
+
 // "layers 0-63, KV heads 0-2 (3 of 8), FFN columns 0-9215 (9216 of 25600), embeddings, output head"
 std::string share_text(const model_desc& desc, const memory_plan& p, const device_share& s) {
   if (!s.used()) return "nothing";
@@ -44,6 +50,15 @@ std::string share_text(const model_desc& desc, const memory_plan& p, const devic
       add(nh ? "KV heads " + range_text(s.kv_head_begin, s.kv_head_end) + " (" + std::to_string(nh) + " of " +
                    std::to_string(hp.n_head_kv) + ")"
              : "no KV heads");
+      const delta_net_shape dn = delta_net_of(hp);
+      if (dn.n_k_heads) {
+        const uint32_t nk = s.dn_head_end - s.dn_head_begin, nv = nk * (dn.n_v_heads / dn.n_k_heads);
+        add(nk ? "DeltaNet key heads " + range_text(s.dn_head_begin, s.dn_head_end) + " (" + std::to_string(nk) +
+                     " of " + std::to_string(dn.n_k_heads) + ") with value heads " +
+                     runs_text(delta_net_value_runs(hp, s)) + " (" + std::to_string(nv) + " of " +
+                     std::to_string(dn.n_v_heads) + ")"
+               : "no DeltaNet heads");
+      }
       const uint64_t nf = s.ffn_end - s.ffn_begin;
       add(nf ? "FFN columns " + range_text(s.ffn_begin, s.ffn_end) + " (" + std::to_string(nf) + " of " +
                    std::to_string(hp.n_ff) + ")"
@@ -77,6 +92,12 @@ std::string plan_to_json(const model_desc& desc, const memory_plan& p, bool with
   j["model"] = {{"arch", std::string(desc.arch->name)}, {"n_layer", hp.n_layer},     {"n_head", hp.n_head},
                 {"n_head_kv", hp.n_head_kv},            {"head_dim", hp.head_dim},   {"n_embd", hp.n_embd},
                 {"n_ff", hp.n_ff},                      {"n_vocab", hp.n_vocab},     {"tensor_bytes", p.model_tensor_bytes}};
+  if (const delta_net_shape dn = delta_net_of(hp); dn.n_k_heads) {
+    j["model"]["n_attention_layers"] = hp.n_attention_layers();
+    j["model"]["delta_net"] = {{"n_layers", hp.n_delta_net_layers()}, {"n_k_heads", dn.n_k_heads},
+                               {"n_v_heads", dn.n_v_heads},          {"k_dim", dn.k_dim},
+                               {"v_dim", dn.v_dim},                  {"conv_kernel", dn.kernel}};
+  }
   j["run"] = {{"n_ctx", p.n_ctx},       {"n_seqs", p.n_seqs},         {"n_batch", p.n_batch},
               {"n_logits", p.n_logits}, {"block_size", p.block_size}, {"kv_type", std::string(type_name(p.kv_type))}};
   j["split"] = std::string(split_mode_name(p.split));
@@ -100,8 +121,15 @@ std::string plan_to_json(const model_desc& desc, const memory_plan& p, bool with
                   {"ffn_columns", {s.ffn_begin, s.ffn_end}},
                   {"embeddings", s.embeddings},
                   {"output", s.output}};
-    e["bytes"] = {{"weights", u.weights},     {"kv_cache", u.kv_cache}, {"activations", u.activations},
-                  {"workspace", u.workspace}, {"overhead", u.overhead}, {"total", u.total}};
+    if (delta_net_of(hp).n_k_heads) {
+      e["share"]["delta_net_k_heads"] = {s.dn_head_begin, s.dn_head_end};
+      json runs = json::array();
+      for (const auto& [b, en] : delta_net_value_runs(hp, s)) runs.push_back({b, en});
+      e["share"]["delta_net_v_heads"] = runs;
+    }
+    e["bytes"] = {{"weights", u.weights},         {"kv_cache", u.kv_cache},   {"recurrent_state", u.state},
+                  {"activations", u.activations}, {"workspace", u.workspace}, {"overhead", u.overhead},
+                  {"total", u.total}};
     e["tensor_bytes"] = u.tensor_bytes;
     e["capacity"] = u.capacity;
     e["available"] = u.available;
@@ -134,6 +162,14 @@ std::string plan_to_text(const model_desc& desc, const memory_plan& p) {
                 std::string(desc.arch->name).c_str(), hp.n_layer, hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_embd,
                 hp.n_ff, hp.n_vocab, plan_bytes_text(p.model_tensor_bytes).c_str());
   os << line;
+  if (const delta_net_shape dn = delta_net_of(hp); dn.n_k_heads) {
+    std::snprintf(line, sizeof line,
+                  "         %u attention + %u Gated DeltaNet layers (key heads %u / value heads %u of %u x %u, "
+                  "conv %u)\n",
+                  hp.n_attention_layers(), hp.n_delta_net_layers(), dn.n_k_heads, dn.n_v_heads, dn.k_dim, dn.v_dim,
+                  dn.kernel);
+    os << line;
+  }
   std::snprintf(line, sizeof line, "run      context %u x %u sequence%s, batch %u, %u logit row%s per batch, KV %s\n",
                 p.n_ctx, p.n_seqs, p.n_seqs == 1 ? "" : "s", p.n_batch, p.n_logits, p.n_logits == 1 ? "" : "s",
                 std::string(type_name(p.kv_type)).c_str());
@@ -146,17 +182,25 @@ std::string plan_to_text(const model_desc& desc, const memory_plan& p) {
   if (p.split != split_mode::layer) os << ", main device " << p.main_device;
   os << "\n\n";
 
-  std::snprintf(line, sizeof line, "%-22s %11s %11s %11s %11s %11s %11s %11s  %s\n", "device", "weights", "KV cache",
-                "activations", "workspace", "overhead", "total", "available", "fits");
+  // The state column only for models that keep recurrent state.
+  bool any_state = false;
+  for (const auto& u : p.usage) any_state = any_state || u.state > 0;
+  auto state_cell = [any_state](const std::string& v) {
+    char cell[32] = "";
+    if (any_state) std::snprintf(cell, sizeof cell, " %11s", v.c_str());
+    return std::string(cell);
+  };
+  std::snprintf(line, sizeof line, "%-22s %11s %11s%s %11s %11s %11s %11s %11s  %s\n", "device", "weights", "KV cache",
+                state_cell("state").c_str(), "activations", "workspace", "overhead", "total", "available", "fits");
   os << line;
   for (size_t d = 0; d < p.devices.size(); ++d) {
     const auto& u = p.usage[d];
     const std::string label = std::to_string(d) + " " + p.devices[d].name.substr(0, 19);
-    std::snprintf(line, sizeof line, "%-22s %11s %11s %11s %11s %11s %11s %11s  %s\n", label.c_str(),
+    std::snprintf(line, sizeof line, "%-22s %11s %11s%s %11s %11s %11s %11s %11s  %s\n", label.c_str(),
                   plan_bytes_text(u.weights).c_str(), plan_bytes_text(u.kv_cache).c_str(),
-                  plan_bytes_text(u.activations).c_str(), plan_bytes_text(u.workspace).c_str(),
-                  plan_bytes_text(u.overhead).c_str(), plan_bytes_text(u.total).c_str(), plan_bytes_text(u.available).c_str(),
-                  u.fits ? "yes" : "NO");
+                  state_cell(plan_bytes_text(u.state)).c_str(), plan_bytes_text(u.activations).c_str(),
+                  plan_bytes_text(u.workspace).c_str(), plan_bytes_text(u.overhead).c_str(),
+                  plan_bytes_text(u.total).c_str(), plan_bytes_text(u.available).c_str(), u.fits ? "yes" : "NO");
     os << line;
   }
   os << "\n";

@@ -96,10 +96,10 @@ def check(cond, what):
         raise AssertionError(what)
 
 
-def make_model(name, seed):
+def make_model(name, seed, preset="tiny"):
     path = os.path.join(TMP, name)
     if not os.path.exists(path):
-        subprocess.run([ARGS.tandem_model, "make", "--preset", "tiny", "--seed", str(seed), "-o", path],
+        subprocess.run([ARGS.tandem_model, "make", "--preset", preset, "--seed", str(seed), "-o", path],
                        check=True, stdout=subprocess.DEVNULL)
     return path
 
@@ -277,6 +277,26 @@ def test_hot_swap_under_load(model):
         check(models[0]["path"] == other and models[0]["swaps"] == 3, "after swaps: %r" % models)
         check(not failures, "failed requests during swaps: %r" % failures[:3])
         check(len(done) >= 8, "too few requests completed: %d" % len(done))
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def test_hybrid_swap_under_load(model):
+    """A qwen35 (Gated DeltaNet hybrid) model served, swapped with a qwen3 one under streaming
+    load and back, then unloaded: no request fails, and its status counts the recurrent state."""
+    hybrid = make_model("tiny_qwen35.gguf", 3, preset="qwen3.5-tiny")
+    d = Daemon([("default", model)], extra=["--queue-depth", "64"])
+    try:
+        admin, failures, done = swaps_under_load(d, [hybrid, model, hybrid])
+        check(not failures, "failed requests during qwen3/qwen35 swaps: %r" % failures[:3])
+        check(len(done) >= 8, "too few requests completed: %d" % len(done))
+        models = admin.call({"id": 3000, "op": "models"})["result"]["models"]
+        check(models[0]["path"] == hybrid and models[0]["swaps"] == 3, "after swaps: %r" % models)
+        check(0 < models[0].get("state_bytes", 0) < models[0]["cache_bytes"], "qwen35 state bytes: %r" % models)
+        _, final = generate(admin, 3001, prompt="state", n=4, stream=False)
+        check("result" in final, "qwen35 generate: %r" % final)
+        r = admin.call({"id": 3002, "op": "unload", "name": "default"})
+        check("result" in r, "unload qwen35: %r" % r)
     finally:
         check(d.stop() == 0, "tandemd exit status")
 

@@ -62,6 +62,8 @@ class fake_model final : public served_model {
     i.backend = "none";
     i.device = "cpu";
     i.file_bytes = bytes_;
+    // "hybrid" models stand for one whose cache holds recurrent state besides its KV.
+    if (path_.find("hybrid") != std::string::npos) i.cache_bytes = 96, i.state_bytes = 64;
     return i;
   }
 
@@ -266,6 +268,26 @@ TEST(registry, idle_unload_then_lazy_reload) {
   ASSERT_FALSE(reg.submit("a", p.job()));  // parks and reloads
   EXPECT_EQ(p.done.get_future().get(), "/m/a");
   EXPECT_EQ(reg.describe()[0]["state"], "resident");
+}
+
+TEST(registry, describe_reports_the_recurrent_state_bytes) {
+  model_registry reg(fake_loader(1, 1ms), {}, thread_executor());
+  model_info info;
+  ASSERT_FALSE(reg.load("h", "/m/hybrid", std::nullopt, info));
+  ASSERT_FALSE(reg.load("p", "/m/plain", std::nullopt, info));
+  int seen = 0;
+  for (const auto& m : reg.describe()) {
+    ASSERT_TRUE(m.contains("state_bytes")) << m.dump();
+    if (m["name"] == "h") {
+      EXPECT_EQ(m["state_bytes"], 64u);
+      EXPECT_EQ(m["cache_bytes"], 96u);
+      ++seen;
+    } else {
+      EXPECT_EQ(m["state_bytes"], 0u);
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, 2);
 }
 
 TEST(registry, close_all_fails_parked_jobs) {

@@ -66,6 +66,24 @@ TEST_F(PlanCli, RatiosCutHeadsThreeToFive) {
   EXPECT_TRUE(has(r.out, "device 1 holds layers 0-35 (36 of 36), KV heads 3-7 (5 of 8)")) << r.out;
 }
 
+// The Qwen3.5-27B shape at Q6_K with a 16384-token q8_0 cache fits a 16 + 32 GiB pair split by
+// tensors; both devices hold recurrent state and DeltaNet key heads.
+TEST_F(PlanCli, Qwen35_27B_Q6K_FitsTwoCardsTensorSplit) {
+  const std::string args = "plan --preset qwen3.5-27b --type Q6_K --devices 16GiB,32GiB --split tensor --ctx 16384 --kv q8_0";
+  const run_result r = run(args);
+  EXPECT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_TRUE(has(r.out, "fits: yes")) << r.out;
+  EXPECT_TRUE(has(r.out, "16 attention + 48 Gated DeltaNet layers")) << r.out;
+  EXPECT_TRUE(has(r.out, "DeltaNet key heads")) << r.out;
+  const run_result js = run(args + " --json");
+  ASSERT_EQ(js.code, 0) << js.err;
+  const json j = json::parse(js.out);
+  for (const auto& d : j["devices"]) {
+    EXPECT_GT(d["bytes"]["recurrent_state"].get<uint64_t>(), 0u);
+    EXPECT_GT(d["share"]["delta_net_k_heads"][1].get<uint32_t>(), d["share"]["delta_net_k_heads"][0].get<uint32_t>());
+  }
+}
+
 TEST_F(PlanCli, BadUsageExitsTwo) {
   struct bad_case {
     std::string args, message;

@@ -1,11 +1,15 @@
 // Memory plan tests: option parsing, byte accounting against the model's tensors and a hand
 // computation of the CUDA backend's allocations, head / column / layer cuts by ratio, default
-// ratios within memory, and the Qwen3-32B Q4_K_M shape on a 16 GiB card alone and on 16 + 32 GiB.
+// ratios within memory, the Qwen3-32B Q4_K_M shape on a 16 GiB card alone and on 16 + 32 GiB, and
+// hybrid (qwen35) shapes: KV of the attention layers only, the recurrent state, the DeltaNet cut by
+// key heads, and the Qwen3.5-27B Q6_K shape on 16 + 32 GiB.
 #include <gtest/gtest.h>
 
 #include <map>
 #include <numeric>
+#include <set>
 
+#include "backend/kv_cache.h"
 #include "plan/memory_plan.h"
 #include "plan/plan_parse.h"
 #include "plan/plan_report.h"
@@ -383,6 +387,204 @@ TEST(Plan, JsonAndTextCarryTheVerdict) {
   const std::string t = plan_to_text(m->desc, *p);
   EXPECT_NE(t.find("KV heads 0-2 (3 of 8)"), std::string::npos) << t;
   EXPECT_NE(t.find("ratios 1:1.75"), std::string::npos) << t;
+}
+
+// ---- hybrid (qwen35) ----
+
+// A small qwen35 shape: E 256, 4 layers with a full-attention layer every 2nd (1 and 3), F 512,
+// 4 heads / 2 KV heads of 64; DeltaNet Hk 2 / Hv 4 heads of dk = dv = 32, conv kernel 4
+// (key_dim 64, value_dim 128, conv_dim 256); vocabulary 512, context 256.
+hparams small_hybrid() {
+  hparams hp;
+  hp.n_vocab = 512, hp.n_ctx_train = 256, hp.n_embd = 256, hp.n_layer = 4, hp.n_ff = 512;
+  hp.n_head = 4, hp.n_head_kv = 2, hp.head_dim = 64, hp.rope_dim = 32;
+  hp.full_attn_interval = 2, hp.ssm_conv_kernel = 4, hp.ssm_state = 32, hp.ssm_groups = 2, hp.ssm_dt_rank = 4;
+  hp.ssm_inner = 128;
+  return hp;
+}
+
+std::unique_ptr<shape_model> f32_shape(std::string_view arch, const hparams& hp) {
+  auto m = make_shape_model(arch, hp, [](const tensor_spec&) { return ggml_type::f32; });
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.message());
+  return std::move(*m);
+}
+
+// The whole small hybrid model on one device, every allocation by hand (granularity 1).
+TEST(PlanHybrid, SplitNoneMatchesHandComputation) {
+  auto m = f32_shape("qwen35", small_hybrid());
+  plan_options o;
+  o.devices = {sized(1 * GiB, "1GiB")};
+  o.rt.alloc_granularity = 1;
+  auto p = make_memory_plan(m->desc, o);
+  ASSERT_TRUE(p.ok()) << p.message();
+  const device_usage& u = p->usage[0];
+  // Matrices (f32): embd + output 2·256·512·4. Attention layers (1, 3): attn_q {256, 2·4·64} (q and
+  // gate rows) 524288, k/v 256·128·4 each, o 256·256·4, FFN 3·256·512·4 = 1572864: 2621440.
+  // DeltaNet layers (0, 2): attn_qkv 256·256·4, attn_gate 256·128·4, beta/alpha 256·4·4 each,
+  // ssm_out 128·256·4, FFN: 2105344.
+  const uint64_t matrices = 2 * 524288 + 2 * 2621440 + 2 * 2105344;
+  // Vectors at 64-float offsets: output_norm 256; DeltaNet layers attn_norm + post_attention_norm
+  // 2·256, conv 4·256, dt_bias, ssm_a (4) and ssm_norm (32) 64 each: 1728; attention layers the
+  // two norms 512 and q/k norms 64 each: 640.
+  EXPECT_EQ(u.weights, matrices + (256 + 2 * 1728 + 2 * 640) * 4);
+  EXPECT_EQ(u.tensor_bytes, p->model_tensor_bytes);
+  // K and V of the 2 attention layers only: 256 slots × 2 KV heads × 64 × 2 bytes each.
+  EXPECT_EQ(u.kv_cache, 2 * (2 * 256 * 2 * 64 * 2));
+  // Recurrent state per DeltaNet layer and sequence: conv 3 × 256 floats, S 4 × 32 × 32; 2 layers,
+  // 1 sequence, fp32, and the checkpoint copy: what the cache's recurrent_bytes() says.
+  EXPECT_EQ(u.state, 2 * 1 * 2 * (768 + 4096) * 4u);
+  recurrent_layout rec;
+  rec.n_layers = 2, rec.conv_floats = delta_net_of(m->desc.hp).conv_state_floats();
+  rec.ssm_floats = delta_net_of(m->desc.hp).ssm_state_floats();
+  EXPECT_EQ(u.state, 2 * rec.floats_per_seq() * sizeof(float));
+  // As the plain model (see Plan.SplitNoneMatchesHandComputation, same E/F/heads, xh now 512·512·2)
+  // plus gated attention's qg 512·512·4 and gate 512·256·4, the DeltaNet's qkv and conv output
+  // 2·512·256·4, z, o, y 3·512·128·4 and b, a, g, beta 4·512·4·4, and 4 ints of one run.
+  const uint64_t plain = 1572864 + 1048576 + 524288 + 2097152 + 524288 + 1024 + 2048 + 4;
+  EXPECT_EQ(u.activations, plain + (2560 + 1 + 32 + 4) * 4 + 1048576 + 524288 + 1048576 + 786432 + 32768);
+  // The attention workspace is the plain model's: the same heads, context and batch.
+  EXPECT_EQ(u.workspace, 262144 + 5120 + 2 * 65536 + 131072 + 524288 + 262144 + 8650752);
+  EXPECT_EQ(u.total, u.weights + u.kv_cache + u.state + u.activations + u.workspace + u.overhead);
+
+  // Four sequences: four times the state, and the KV of four contexts.
+  o.n_seqs = 4;
+  auto four = make_memory_plan(m->desc, o);
+  ASSERT_TRUE(four.ok());
+  EXPECT_EQ(four->usage[0].state, 4 * u.state);
+  EXPECT_EQ(four->usage[0].kv_cache, 4 * u.kv_cache);
+  // The text table grows a state column; the JSON carries the bytes and the layer kinds.
+  const std::string t = plan_to_text(m->desc, *p);
+  EXPECT_NE(t.find("state"), std::string::npos) << t;
+  EXPECT_NE(t.find("2 attention + 2 Gated DeltaNet layers"), std::string::npos) << t;
+  const std::string j = plan_to_json(m->desc, *p);
+  EXPECT_NE(j.find("\"recurrent_state\": 77824"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"n_attention_layers\": 2"), std::string::npos) << j;
+}
+
+// A layer split counts each layer's own kind: KV for attention layers, state for DeltaNet ones.
+TEST(PlanHybrid, LayerSplitCountsEachLayersKind) {
+  auto m = f32_shape("qwen35", small_hybrid());
+  plan_options o = two_cards(split_mode::layer, {1, 3});
+  o.n_ctx = 256;
+  o.rt.alloc_granularity = 1;
+  auto p = make_memory_plan(m->desc, o);
+  ASSERT_TRUE(p.ok()) << p.message();
+  ASSERT_EQ(p->shares[0].layer_end, 1u);  // layer 0 (DeltaNet) | layers 1-3 (attention, DeltaNet, attention)
+  const uint64_t kv_layer = 256 * 2 * 64 * 2, state_layer = (768 + 4096) * 4;
+  EXPECT_EQ(p->usage[0].kv_cache, 0u);
+  EXPECT_EQ(p->usage[0].state, 2 * state_layer);
+  EXPECT_EQ(p->usage[1].kv_cache, 2 * 2 * kv_layer);
+  EXPECT_EQ(p->usage[1].state, 2 * state_layer);
+  // The device without attention layers has no GEMM attention buffers, only the paged partials.
+  EXPECT_LT(p->usage[0].workspace, p->usage[1].workspace);
+  uint64_t sum = 0;
+  for (const auto& u : p->usage) sum += u.tensor_bytes;
+  EXPECT_EQ(sum, p->model_tensor_bytes);
+}
+
+// A tensor split cuts the DeltaNet by key heads; each device's value heads are h with h % Hk in its
+// key-head range, and its rows of attn_qkv are its q, k and v channels.
+TEST(PlanHybrid, TensorSplitCutsDeltaNetByKeyHeads) {
+  auto m = f32_shape("qwen35", small_hybrid());
+  plan_options o = two_cards(split_mode::tensor, {1, 1});
+  o.n_ctx = 256;
+  o.rt.alloc_granularity = 1;
+  auto p = make_memory_plan(m->desc, o);
+  ASSERT_TRUE(p.ok()) << p.message();
+  const device_share& s0 = p->shares[0];
+  const device_share& s1 = p->shares[1];
+  EXPECT_EQ(s0.dn_head_begin, 0u);
+  EXPECT_EQ(s0.dn_head_end, 1u);
+  EXPECT_EQ(s1.dn_head_begin, 1u);
+  EXPECT_EQ(s1.dn_head_end, 2u);
+  using runs = std::vector<std::pair<uint64_t, uint64_t>>;
+  EXPECT_EQ(delta_net_value_runs(m->desc.hp, s0), (runs{{0, 1}, {2, 3}}));
+  EXPECT_EQ(delta_net_value_runs(m->desc.hp, s1), (runs{{1, 2}, {3, 4}}));
+  // State per device: conv 3 × (2·32 + 2·32) channels, S 2 × 32 × 32; 2 layers, ×2 for the checkpoint.
+  EXPECT_EQ(p->usage[0].state, 2 * 2 * (3 * 128 + 2048) * 4u);
+  EXPECT_EQ(p->usage[0].state + p->usage[1].state, 2 * 2 * (768 + 4096) * 4u);
+  // KV follows the attention heads: one KV head per device over the 2 attention layers.
+  EXPECT_EQ(p->usage[0].kv_cache, 2 * 2 * (256 * 64 * 2u));
+  runs qkv0, qkv1, out0, q0;
+  for (const auto& t : p->tensors) {
+    if (t.tensor == m->desc.layers[0].dn_qkv) (t.device == 0 ? qkv0 : qkv1).push_back({t.begin, t.end});
+    if (t.tensor == m->desc.layers[0].dn_out && t.device == 0) {
+      EXPECT_EQ(t.kind, placement_kind::columns);
+      out0.push_back({t.begin, t.end});
+    }
+    if (t.tensor == m->desc.layers[1].wq && t.device == 0) q0.push_back({t.begin, t.end});
+  }
+  // q (k-head 0), k (64 + k-head 0), v of value heads 0 and 2 (128 + 32·h).
+  EXPECT_EQ(qkv0, (runs{{0, 32}, {64, 96}, {128, 160}, {192, 224}}));
+  EXPECT_EQ(qkv1, (runs{{32, 64}, {96, 128}, {160, 192}, {224, 256}}));
+  EXPECT_EQ(out0, (runs{{0, 32}, {64, 96}}));
+  // Gated attention: KV head 0's 2 query heads take rows [q, gate] of 64 each: 256 rows.
+  EXPECT_EQ(q0, (runs{{0, 256}}));
+  // Every tensor's shards add up to it; replicated norms are held once per device.
+  std::map<const gguf_tensor*, uint64_t> bytes;
+  std::map<const gguf_tensor*, std::set<int>> holders;
+  for (const auto& t : p->tensors) bytes[t.tensor] += t.file_bytes, holders[t.tensor].insert(t.device);
+  for (const auto& [t, b] : bytes) {
+    const bool replica = t->n_dims == 1 && holders[t].size() == 2 && t->name.find("ssm_a") == std::string::npos &&
+                         t->name.find("ssm_dt") == std::string::npos;
+    EXPECT_EQ(b, (replica ? 2 : 1) * t->n_bytes) << t->name;
+  }
+  const std::string text = plan_to_text(m->desc, *p);
+  EXPECT_NE(text.find("DeltaNet key heads 0 (1 of 2) with value heads 0, 2 (2 of 4)"), std::string::npos) << text;
+  bool noted = false;
+  for (const auto& n : p->notes) noted = noted || n.find("cut by key heads") != std::string::npos;
+  EXPECT_TRUE(noted);
+}
+
+// The Qwen3.5-27B shape at Q6_K (20.6 GiB of tensors by llama.cpp's mixture rule) with a 16384-token q8_0 cache fits 16 + 32 GiB
+// in a tensor split; ssm_out's Q6_K blocks (256 of dv = 128) put the key-head cuts on even heads.
+TEST(PlanHybrid, Qwen35_27B_Q6K_FitsTwoCardsTensorSplit) {
+  auto m = preset_shape("qwen3.5-27b", "Q6_K");
+  const model_desc& desc = m->desc;
+  plan_options o = two_cards(split_mode::tensor);
+  o.n_ctx = 16384;
+  o.kv_type = ggml_type::q8_0;
+  auto p = make_memory_plan(desc, o);
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_TRUE(p->fits) << plan_to_text(desc, *p);
+  EXPECT_GT(p->model_tensor_bytes, 20 * GiB);
+  EXPECT_LT(p->model_tensor_bytes, 22 * GiB);
+  uint64_t kv = 0, state = 0;
+  for (size_t d = 0; d < 2; ++d) {
+    EXPECT_EQ(p->shares[d].dn_head_begin % 2, 0u) << d;
+    EXPECT_EQ(p->shares[d].dn_head_end % 2, 0u) << d;
+    kv += p->usage[d].kv_cache;
+    state += p->usage[d].state;
+  }
+  // KV: 16 attention layers × 16384 slots × 4 KV heads × 8 blocks of 34 bytes, K and V (each
+  // device's buffers in 2 MiB pages, which these sizes already are).
+  EXPECT_EQ(kv, 2ull * 16 * 16384 * 4 * 8 * 34);
+  // State: 48 DeltaNet layers × (conv 3 × 10240 + S 48 × 128 × 128) floats, ×2 for the checkpoint.
+  const uint64_t want_state = 2ull * 48 * (3 * 10240 + 48 * 128 * 128) * 4;
+  EXPECT_GE(state, want_state);
+  EXPECT_LT(state, want_state + 4 * (2ull << 20));
+  // The layer split and a single 32 GiB card hold it too; 16 GiB alone does not.
+  auto layer = make_memory_plan(desc, two_cards(split_mode::layer));
+  ASSERT_TRUE(layer.ok());
+  EXPECT_TRUE(layer->fits) << plan_to_text(desc, *layer);
+  plan_options small = o;
+  small.devices.resize(1);
+  auto alone = make_memory_plan(desc, small);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_FALSE(alone->fits);
+}
+
+TEST(PlanHybrid, ContradictoryDeltaNetShapeIsAnError) {
+  hparams hp = small_hybrid();
+  hp.ssm_dt_rank = 3;  // not a multiple of the 2 key heads
+  hp.ssm_inner = 96;
+  auto m = make_shape_model("qwen35", hp, [](const tensor_spec&) { return ggml_type::f32; });
+  ASSERT_TRUE(m.ok()) << m.message();
+  plan_options o;
+  o.devices = {sized(1 * GiB, "1GiB")};
+  auto p = make_memory_plan((*m)->desc, o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.message().find("time_step_rank"), std::string::npos) << p.message();
 }
 
 }  // namespace
