@@ -1,6 +1,6 @@
 // CUDA kernels of the Gated DeltaNet layer (kernels/delta_net.h): the causal conv with its state,
-// the gates, the L2 and gated RMS norms, the recurrent gated delta rule, and the two small pieces of
-// gated attention. fp32 throughout, with the formulas of backend/cpu/delta_net_ops.cpp.
+// the recurrent gated delta rule (with the gates and the q/k L2 norm folded into its staging), the
+// gated RMS norm, and the two small pieces of gated attention. fp32 throughout, with the formulas of backend/cpu/delta_net_ops.cpp.
 #include "kernels/delta_net.h"
 
 #include <cstdint>
@@ -112,30 +112,7 @@ int conv_slices(const dn_runs& runs) {
 // ---------------------------------------------------------------------------------------------
 // Elementwise and per-row kernels.
 
-__global__ void dn_gates_kernel(const float* __restrict__ a, const float* __restrict__ b,
-                                const float* __restrict__ a_decay, const float* __restrict__ dt_bias, int64_t n,
-                                int Hv, float* __restrict__ g, float* __restrict__ beta) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const int h = static_cast<int>(i % Hv);
-    beta[i] = sigmoid(b[i]);
-    g[i] = a_decay[h] * softplus(a[i] + dt_bias[h]);
-  }
-}
-
 constexpr int k_row_warps = 8;  // warps (rows) per block of the per-row kernels
-
-__global__ void __launch_bounds__(k_row_warps * 32)
-    l2_norm_heads_kernel(float* x, int64_t n, int n_heads, int d, int64_t row_stride, float eps) {
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * k_row_warps + threadIdx.x / 32;
-  if (r >= n) return;  // whole warps leave together
-  const int lane = threadIdx.x % 32;
-  float* row = x + (r / n_heads) * row_stride + (r % n_heads) * d;
-  float ss = 0.f;
-  for (int i = lane; i < d; i += 32) ss = fmaf(row[i], row[i], ss);
-  const float inv = 1.f / sqrtf(warp_sum(ss) + eps);
-  for (int i = lane; i < d; i += 32) row[i] *= inv;
-}
 
 __global__ void __launch_bounds__(k_row_warps * 32)
     rms_norm_gated_kernel(const float* __restrict__ o, const float* __restrict__ w, const float* __restrict__ z,
@@ -174,18 +151,21 @@ __global__ void sigmoid_mul_kernel(float* x, const float* __restrict__ gate, int
 // The gated delta rule. A block of k_rule_warps warps owns one (run, v-head, slice of COLS state
 // columns); each warp owns C columns, lane l rows l*R .. l*R+R-1 of them (R = dk/32), so the
 // slice of S sits in registers for the whole run: read once, written once. The reductions over dk
-// are warp shuffles. Token inputs (k, q, the slice's v, exp(g), beta) are staged NT tokens at a
-// time in shared memory, so their load latency is paid once per NT tokens.
+// are warp shuffles. Token inputs (k, q, the slice's v, the gates) are staged NT tokens at a time
+// in shared memory, so their load latency is paid once per NT tokens; staging also L2-normalises
+// k and q and computes exp(g) and beta from the raw gate inputs (no launches of their own).
+// Decode-sized runs take 2 columns per warp: four times the blocks, each a short chain.
 constexpr int k_rule_warps = 4;
 
-template <int R>
+template <int R, int C_>
 struct rule_cfg {
   static constexpr int DK = 32 * R;
-  static constexpr int C = R <= 4 ? 8 : 4;  // columns per warp: R*C state floats per lane
-  static constexpr int LOG_C = C == 8 ? 3 : 2;
+  static constexpr int C = C_;  // columns per warp: R*C state floats per lane
+  static constexpr int LOG_C = C == 8 ? 3 : C == 4 ? 2 : C == 2 ? 1 : 0;
   static constexpr int COLS = k_rule_warps * C;
   static constexpr int NT = R <= 4 ? 32 : 16;  // staged tokens: 2*NT*DK floats <= 32 KiB
 };
+constexpr int k_rule_decode_tokens = 8;  // runs up to this long take the narrow (C = 2) blocks
 
 // Sums each p[c] over the warp, leaving the total of column c = lane >> (5 - log2 C) in every
 // lane: halving exchanges over the top lane bits (C-1 shuffles) then a butterfly over the rest,
@@ -230,13 +210,16 @@ __device__ __forceinline__ void load_row(const float* p, float (&r)[R]) {
 }
 
 // One token on the warp's columns: kv = S^T k with S decayed (eg * (S^T k)), d = beta (v - kv),
-// S = eg S + k d^T, returns o = S^T q (q already scaled) for the lane's column.
+// S = eg S + k d^T, returns o = S^T q (q already scaled) for the lane's column. k and q come as
+// staged (raw) rows with their L2 scales.
 template <int R, int C, int LOG_C>
-__device__ __forceinline__ float rule_step(float (&s)[R][C], const float* kp, const float* qp, float v, float eg,
-                                           float beta, int lane) {
+__device__ __forceinline__ float rule_step(float (&s)[R][C], const float* kp, float k_inv, const float* qp,
+                                           float q_inv, float v, float eg, float beta, int lane) {
   float kr[R], qr[R], p[C];
   load_row<R>(kp, kr);
   load_row<R>(qp, qr);
+#pragma unroll
+  for (int r = 0; r < R; ++r) kr[r] *= k_inv, qr[r] *= q_inv;
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     p[c] = 0.f;
@@ -257,12 +240,19 @@ __device__ __forceinline__ float rule_step(float (&s)[R][C], const float* kp, co
   return reduce_scatter<C>(p, lane);
 }
 
-// Stages tokens [row0, row0 + nt) of the block's head: k and q (scaled) rows of the k-head, v of
-// the block's columns, exp(g) and beta.
-template <int R>
+// Shared staging of NT tokens: raw k and q rows of the k-head, v of the block's columns, exp(g),
+// beta and the L2 scales of k and q (q's times 1/sqrt(dk)).
+template <int DK, int NT, int COLS>
+struct rule_stage {
+  __align__(16) float k[NT * DK];
+  __align__(16) float q[NT * DK];
+  float v[NT * COLS];
+  float eg[NT], beta[NT], k_inv[NT], q_inv[NT];
+};
+
+template <typename cfg>
 __device__ __forceinline__ void stage_tokens(const dn_rule_args& a, int64_t row0, int nt, int kh, int h, int j0,
-                                             float scale, float* sk, float* sq, float* sv, float* sg, float* sb) {
-  using cfg = rule_cfg<R>;
+                                             rule_stage<cfg::DK, cfg::NT, cfg::COLS>& st) {
   constexpr int DK = cfg::DK, COLS = cfg::COLS;
   const float* kb = a.k + static_cast<int64_t>(kh) * DK;
   const float* qb = a.q + static_cast<int64_t>(kh) * DK;
@@ -270,29 +260,41 @@ __device__ __forceinline__ void stage_tokens(const dn_rule_args& a, int64_t row0
   for (int e = threadIdx.x; e < nt * DK; e += k_rule_warps * 32) {
     const int tok = e / DK, i = e % DK;
     const int64_t off = (row0 + tok) * a.qk_stride + i;
-    sk[e] = kb[off];
-    sq[e] = qb[off] * scale;
+    st.k[e] = kb[off];
+    st.q[e] = qb[off];
   }
   const float* vb = a.v + static_cast<int64_t>(h) * a.dv + j0;
   for (int e = threadIdx.x; e < nt * COLS; e += k_rule_warps * 32) {
     const int tok = e / COLS, j = e % COLS;
-    sv[e] = vb[(row0 + tok) * a.v_stride + j];
+    st.v[e] = vb[(row0 + tok) * a.v_stride + j];
   }
-  if (static_cast<int>(threadIdx.x) < nt) {
-    const int64_t gi = (row0 + threadIdx.x) * a.Hv + h;
-    sg[threadIdx.x] = expf(a.g[gi]);
-    sb[threadIdx.x] = a.beta[gi];
+  if (static_cast<int>(threadIdx.x) < nt) {  // the gates, as delta_net_gates computes them
+    const int64_t gi = (row0 + threadIdx.x) * (a.gate_stride ? a.gate_stride : a.Hv) + h;
+    st.eg[threadIdx.x] = expf(a.a_decay[h] * softplus(a.alpha[gi] + a.dt_bias[h]));
+    st.beta[threadIdx.x] = sigmoid(a.beta[gi]);
+  }
+  __syncthreads();
+  // x * rsqrt(sum(x^2) + eps) per staged row (Hugging Face's l2norm), a warp per token.
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int tok = warp; tok < nt; tok += k_rule_warps) {
+    float sk = 0.f, sq = 0.f;
+    for (int i = lane; i < DK; i += 32) {
+      sk = fmaf(st.k[tok * DK + i], st.k[tok * DK + i], sk);
+      sq = fmaf(st.q[tok * DK + i], st.q[tok * DK + i], sq);
+    }
+    sk = warp_sum(sk), sq = warp_sum(sq);
+    if (lane == 0) {
+      st.k_inv[tok] = rsqrtf(sk + a.l2_eps);
+      st.q_inv[tok] = rsqrtf(sq + a.l2_eps) * rsqrtf(static_cast<float>(DK));
+    }
   }
 }
 
-template <int R>
+template <int R, int C>
 __global__ void __launch_bounds__(k_rule_warps * 32) dn_rule_kernel(const dn_rule_args a, const int32_t* runs) {
-  using cfg = rule_cfg<R>;
-  constexpr int DK = cfg::DK, C = cfg::C, LOG_C = cfg::LOG_C, COLS = cfg::COLS, NT = cfg::NT;
-  __shared__ __align__(16) float sk[NT * DK];
-  __shared__ __align__(16) float sq[NT * DK];
-  __shared__ float sv[NT * COLS];
-  __shared__ float sg[NT], sb[NT];
+  using cfg = rule_cfg<R, C>;
+  constexpr int DK = cfg::DK, LOG_C = cfg::LOG_C, COLS = cfg::COLS, NT = cfg::NT;
+  __shared__ rule_stage<DK, NT, COLS> st;
   const int32_t* run = runs + 4 * blockIdx.z;
   const int t0 = run[0], n = run[1], slot = run[2], pos0 = run[3];
   if (n <= 0) return;  // the whole block
@@ -306,18 +308,18 @@ __global__ void __launch_bounds__(k_rule_warps * 32) dn_rule_kernel(const dn_rul
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int c = 0; c < C; ++c) s[r][c] = pos0 == 0 ? 0.f : S[static_cast<int64_t>(r) * a.dv + c];
-  const float scale = 1.f / sqrtf(static_cast<float>(DK));
   const int col = lane >> (5 - LOG_C);                       // the column reduce_scatter leaves here
   const bool writer = (lane & ((32 >> LOG_C) - 1)) == 0;     // one lane per column writes o
   float* out = a.out + static_cast<int64_t>(h) * a.dv + jw + col;
   for (int c0 = 0; c0 < n; c0 += NT) {
     const int nt = min(NT, n - c0);
     if (c0 > 0) __syncthreads();  // the previous chunk is consumed
-    stage_tokens<R>(a, static_cast<int64_t>(t0) + c0, nt, kh, h, j0, scale, sk, sq, sv, sg, sb);
+    stage_tokens<cfg>(a, static_cast<int64_t>(t0) + c0, nt, kh, h, j0, st);
     __syncthreads();
     for (int tt = 0; tt < nt; ++tt) {
-      const float o = rule_step<R, C, LOG_C>(s, sk + tt * DK + lane * R, sq + tt * DK + lane * R,
-                                             sv[tt * COLS + warp * C + col], sg[tt], sb[tt], lane);
+      const float o = rule_step<R, C, LOG_C>(s, st.k + tt * DK + lane * R, st.k_inv[tt], st.q + tt * DK + lane * R,
+                                             st.q_inv[tt], st.v[tt * COLS + warp * C + col], st.eg[tt],
+                                             st.beta[tt], lane);
       if (writer) out[(static_cast<int64_t>(t0) + c0 + tt) * a.Hv * a.dv] = o;
     }
   }
@@ -327,14 +329,20 @@ __global__ void __launch_bounds__(k_rule_warps * 32) dn_rule_kernel(const dn_rul
     for (int c = 0; c < C; ++c) S[static_cast<int64_t>(r) * a.dv + c] = s[r][c];
 }
 
-template <int R>
-cudaError_t launch_rule(const dn_rule_args& a, const dn_runs& runs, cudaStream_t stream) {
-  using cfg = rule_cfg<R>;
+template <int R, int C>
+cudaError_t launch_rule_cols(const dn_rule_args& a, const dn_runs& runs, cudaStream_t stream) {
+  using cfg = rule_cfg<R, C>;
   if (a.dv % cfg::COLS != 0) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(a.dv / cfg::COLS), static_cast<unsigned>(a.Hv),
                   static_cast<unsigned>(runs.n_runs));
-  dn_rule_kernel<R><<<grid, k_rule_warps * 32, 0, stream>>>(a, runs.runs);
+  dn_rule_kernel<R, C><<<grid, k_rule_warps * 32, 0, stream>>>(a, runs.runs);
   return cudaGetLastError();
+}
+
+template <int R>
+cudaError_t launch_rule(const dn_rule_args& a, const dn_runs& runs, cudaStream_t stream) {
+  if (runs.max_tokens > 0 && runs.max_tokens <= k_rule_decode_tokens) return launch_rule_cols<R, 2>(a, runs, stream);
+  return launch_rule_cols<R, (R <= 4 ? 8 : 4)>(a, runs, stream);
 }
 
 bool valid_runs(const dn_runs& runs) {
@@ -354,28 +362,9 @@ cudaError_t launch_dn_conv(const float* x, int64_t x_stride, const float* w, int
   return cudaGetLastError();
 }
 
-cudaError_t launch_dn_gates(const float* a, const float* b, const float* a_decay, const float* dt_bias, int T, int Hv,
-                            float* g, float* beta, cudaStream_t stream) {
-  if (T < 0 || Hv <= 0) return cudaErrorInvalidValue;
-  const int64_t n = static_cast<int64_t>(T) * Hv;
-  if (n == 0) return cudaSuccess;
-  dn_gates_kernel<<<grid_for(n), k_threads, 0, stream>>>(a, b, a_decay, dt_bias, n, Hv, g, beta);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_l2_norm_heads(float* x, int64_t n_rows, int n_heads, int d, int64_t row_stride, float eps,
-                                 cudaStream_t stream) {
-  const int64_t n = n_rows * n_heads;
-  const int64_t blocks = (n + k_row_warps - 1) / k_row_warps;
-  if (n_rows < 0 || n_heads <= 0 || d <= 0 || blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  if (n == 0) return cudaSuccess;
-  l2_norm_heads_kernel<<<static_cast<unsigned>(blocks), k_row_warps * 32, 0, stream>>>(x, n, n_heads, d, row_stride,
-                                                                                         eps);
-  return cudaGetLastError();
-}
-
 cudaError_t launch_dn_rule(const dn_rule_args& a, dn_runs runs, cudaStream_t stream) {
-  if (a.Hk <= 0 || a.Hv <= 0 || a.Hv > 65535 || a.dv <= 0 || a.dv % 32 != 0 || a.dk % 32 != 0 || !valid_runs(runs))
+  if (a.Hk <= 0 || a.Hv <= 0 || a.Hv > 65535 || a.dv <= 0 || a.dv % 32 != 0 || a.dk % 32 != 0 || !valid_runs(runs) ||
+      !(a.l2_eps > 0.f))
     return cudaErrorInvalidValue;
   if (runs.n_runs == 0) return cudaSuccess;
   switch (a.dk / 32) {

@@ -1,6 +1,6 @@
 // Host launchers for the Gated DeltaNet layer of hybrid models (qwen35): the causal conv with its
-// per-sequence state, the gates, the gated delta rule (recurrent: decode and prefill), the gated
-// RMSNorm, and the pieces of gated full attention. Device pointers; each launcher enqueues on
+// per-sequence state, the gated delta rule (recurrent, for decode and prefill, with the gates and
+// the q/k L2 norm folded in), the gated RMSNorm, and the pieces of gated full attention. Device pointers; each launcher enqueues on
 // `stream` and returns the launch status. The math is backend/cpu/delta_net_ops.h's.
 #pragma once
 
@@ -17,7 +17,8 @@ struct dn_runs {
   const int32_t* runs = nullptr;  // device, 4 ints per run
   int n_runs = 0;
   // A host-side bound on any run's token count (0: unknown). Only speed depends on it: with it the
-  // conv splits long runs over several threads per channel; without, one thread walks each run.
+  // conv splits long runs over several threads per channel, and the rule gives short runs (decode)
+  // narrower, more numerous blocks; without, one thread walks each run and blocks are wide.
   int max_tokens = 0;
 };
 
@@ -27,27 +28,25 @@ struct dn_runs {
 cudaError_t launch_dn_conv(const float* x, int64_t x_stride, const float* w, int C, int K, float* conv_state,
                            dn_runs runs, float* out, cudaStream_t stream);
 
-// g = a_decay[h] * softplus(a + dt_bias[h]), beta = sigmoid(b) for [T][Hv] gate inputs.
-cudaError_t launch_dn_gates(const float* a, const float* b, const float* a_decay, const float* dt_bias, int T, int Hv,
-                            float* g, float* beta, cudaStream_t stream);
-
-// x * rsqrt(sum(x^2) + eps) for each of n_rows × n_heads heads of d floats (in place): head h of row
-// r at x + r * row_stride + h * d (the q and k heads of a conv output row sit side by side).
-cudaError_t launch_l2_norm_heads(float* x, int64_t n_rows, int n_heads, int d, int64_t row_stride, float eps,
-                                 cudaStream_t stream);
-
-// The gated delta rule over each run (gated_delta_rule_recurrent on the CPU): q, k rows of Hk
-// heads × dk (stride qk_stride), already L2-normed; v rows of Hv × dv (stride v_stride); g, beta
-// [T][Hv]; state S + slot * Hv*dk*dv ([Hv][dk][dv]) read once and written once per run; out
-// [T][Hv][dv]. v-head h reads k-head h % Hk. dk, dv: multiples of 32 up to 256.
+// The gated delta rule over each run, its inputs' preparation folded in: q and k (rows of Hk heads
+// × dk, stride qk_stride) are L2-normed per head (x * rsqrt(sum x^2 + l2_eps)), q then scaled by
+// 1/sqrt(dk); the gates come from the raw projections alpha and beta ([T][Hv]) as delta_net_gates
+// computes them (g = a_decay[h] * softplus(alpha + dt_bias[h]), beta = sigmoid(beta)); v rows of
+// Hv × dv (stride v_stride). Then gated_delta_rule_recurrent: state S + slot * Hv*dk*dv
+// ([Hv][dk][dv]) read once and written once per run; out [T][Hv][dv]. v-head h reads k-head
+// h % Hk. dk, dv: multiples of 32 up to 256.
 struct dn_rule_args {
   const float* q = nullptr;
   const float* k = nullptr;
   int64_t qk_stride = 0;
   const float* v = nullptr;
   int64_t v_stride = 0;
-  const float* g = nullptr;
-  const float* beta = nullptr;
+  const float* alpha = nullptr;  // raw ssm_alpha projections
+  const float* beta = nullptr;   // raw ssm_beta projections
+  int64_t gate_stride = 0;       // floats from one token's alpha (and beta) row to the next; 0: Hv
+  const float* a_decay = nullptr;
+  const float* dt_bias = nullptr;
+  float l2_eps = 1e-6f;
   int Hk = 0, Hv = 0, dk = 0, dv = 0;
   float* S = nullptr;
   float* out = nullptr;

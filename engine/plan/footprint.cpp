@@ -301,7 +301,8 @@ share_dims dims_of(const hparams& hp, const device_share& s) {
 // ensure_scratch for n_batch tokens with the device's heads and FFN columns, the packed per-batch
 // integers, and the output device's logits. Hybrid models add (ensure_hybrid_scratch) gated
 // attention's [q, gate] rows and gate, and the DeltaNet's qkv, conv output, z, rule output, gated
-// norm output and four per-head gate vectors (b, a, g, beta), and four ints per DeltaNet run.
+// norm output and the per-head gate inputs (b sized for b and a side by side, a), and four ints
+// per DeltaNet run.
 uint64_t activation_bytes(const model_desc& desc, const plan_options& opt, const device_share& s,
                           const share_dims& d, uint64_t blocks_per_seq,
                           const std::function<uint64_t(uint64_t)>& alloc) {
@@ -310,7 +311,7 @@ uint64_t activation_bytes(const model_desc& desc, const plan_options& opt, const
   uint64_t act = 3 * alloc(T * E * f) + 2 * alloc(T * d.QD * f) + 2 * alloc(T * d.KD * f) + 2 * alloc(T * d.F * f) +
                  alloc(T * std::max({E, d.QD, d.F, d.V}) * sizeof(uint16_t));
   if (desc.hp.hybrid()) act += alloc(T * 2 * d.QD * f) + alloc(T * d.QD * f);
-  act += 2 * alloc(T * d.C * f) + 3 * alloc(T * d.V * f) + 4 * alloc(T * d.dn_v * f);
+  act += 2 * alloc(T * d.C * f) + 3 * alloc(T * d.V * f) + alloc(2 * T * d.dn_v * f) + alloc(T * d.dn_v * f);
   // The packed per-batch integers: tokens, positions (twice), slots, tables, outputs, block tables.
   const uint64_t table_width = align_up(std::max<uint64_t>(1, blocks_per_seq), k_block_bucket);
   const uint64_t runs = std::min<uint64_t>(opt.n_seqs, T);

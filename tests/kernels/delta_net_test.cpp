@@ -138,35 +138,6 @@ TEST(dn_conv_kernel, decode_runs) {
 
 // ---------------------------------------------------------------------------------------------
 
-TEST(dn_gates_kernel, match_cpu) {
-  REQUIRE_GPU();
-  const int T = 37, Hv = 48;
-  // a + dt_bias spans both sides of softplus's threshold (20).
-  const auto a = randoms(size_t(T) * Hv, 31, -24.f, 24.f), b = randoms(size_t(T) * Hv, 32, -8.f, 8.f);
-  const auto decay = randoms(Hv, 33, -3.f, -0.05f), bias = randoms(Hv, 34, -2.f, 2.f);
-  std::vector<float> g(a.size()), beta(a.size());
-  delta_net_gates(a.data(), b.data(), decay.data(), bias.data(), T, Hv, g.data(), beta.data());
-  dev<float> da(a), db(b), ddecay(decay), dbias(bias), dg(a.size()), dbeta(a.size());
-  ASSERT_EQ(launch_dn_gates(da.p, db.p, ddecay.p, dbias.p, T, Hv, dg.p, dbeta.p, nullptr), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  expect_close("gates g", dg.host(), g, 1e-6f, 1e-5f);
-  expect_close("gates beta", dbeta.host(), beta, 1e-6f, 1e-5f);
-}
-
-TEST(dn_l2_norm_kernel, matches_cpu_and_keeps_gaps) {
-  REQUIRE_GPU();
-  for (int d : {128, 32, 100}) {
-    // 50 rows of 3 heads, then a gap of 32 floats (v's place in a conv output row).
-    const int64_t n = 50, heads = 3, stride = heads * d + 32;
-    auto x = randoms(size_t(n) * stride, 41 + d, -3.f, 3.f);
-    dev<float> dx(x);
-    for (int64_t r = 0; r < n; ++r) l2_norm_rows(x.data() + r * stride, heads, d, d, 1e-6f);  // gaps stay
-    ASSERT_EQ(launch_l2_norm_heads(dx.p, n, int(heads), d, stride, 1e-6f, nullptr), cudaSuccess);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    expect_close("l2_norm_rows d=" + std::to_string(d), dx.host(), x, 1e-6f, 1e-5f);
-  }
-}
-
 TEST(dn_rms_norm_gated_kernel, matches_cpu) {
   REQUIRE_GPU();
   for (int d : {128, 64, 40}) {
@@ -215,31 +186,34 @@ struct rule_shape {
 };
 
 // Conv-output-like rows per token: q (Hk*dk), k (Hk*dk), v (Hv*dv), then 3 floats of padding
-// (an odd row stride); q and k L2-normed per head as the layer does.
-std::vector<float> rule_inputs(const rule_shape& s, int T, int64_t stride, uint32_t seed) {
-  auto u = randoms(size_t(T) * stride, seed);
-  for (int t = 0; t < T; ++t) l2_norm_rows(u.data() + t * stride, 2 * s.Hk, s.dk, s.dk, 1e-6f);
-  return u;
-}
+// (an odd row stride), raw: the kernel L2-normalises q and k itself.
+std::vector<float> rule_inputs(int T, int64_t stride, uint32_t seed) { return randoms(size_t(T) * stride, seed); }
 
-// The gated delta rule on the GPU against gated_delta_rule_recurrent run by run.
+// The gated delta rule on the GPU, its gates and q/k norm folded in, against the CPU's
+// l2_norm_rows + delta_net_gates + gated_delta_rule_recurrent run by run.
 void check_rule(const rule_shape& s, const std::vector<run_spec>& rs, int n_slots, uint32_t seed) {
   int T = 0;
   const auto runs = runs_array(rs, &T);
   const int64_t stride = 2 * int64_t(s.Hk) * s.dk + int64_t(s.Hv) * s.dv + 3;
-  const auto u = rule_inputs(s, T, stride, seed);
-  const auto g = randoms(size_t(T) * s.Hv, seed + 1, -1.5f, -0.01f);  // log decays: exp(g) in (0.22, 0.99)
-  const auto beta = randoms(size_t(T) * s.Hv, seed + 2, 0.05f, 0.95f);
+  const auto u = rule_inputs(T, stride, seed);
+  // Raw gate inputs: alpha + dt_bias spans both sides of softplus's threshold (20).
+  const auto alpha = randoms(size_t(T) * s.Hv, seed + 1, -24.f, 24.f);
+  const auto braw = randoms(size_t(T) * s.Hv, seed + 2, -6.f, 6.f);
+  const auto decay = randoms(size_t(s.Hv), seed + 4, -2.f, -0.02f), bias = randoms(size_t(s.Hv), seed + 5, -2.f, 2.f);
   const size_t per_slot = size_t(s.Hv) * s.dk * s.dv;
   const auto S0 = randoms(per_slot * n_slots, seed + 3, -0.5f, 0.5f);
 
+  auto un = u;  // the CPU composition: norm, gates, then the recurrent rule
+  for (int t = 0; t < T; ++t) l2_norm_rows(un.data() + t * stride, 2 * s.Hk, s.dk, s.dk, 1e-6f);
+  std::vector<float> g(alpha.size()), beta(alpha.size());
+  delta_net_gates(alpha.data(), braw.data(), decay.data(), bias.data(), T, s.Hv, g.data(), beta.data());
   std::vector<float> ref_out(size_t(T) * s.Hv * s.dv), ref_S = S0;
   int t0 = 0;
   for (const run_spec& r : rs) {
     std::vector<float> st(ref_S.begin() + r.slot * per_slot, ref_S.begin() + (r.slot + 1) * per_slot);
     if (r.pos0 == 0) std::fill(st.begin(), st.end(), 0.f);
     delta_rule_args a;
-    a.q = u.data() + t0 * stride;
+    a.q = un.data() + t0 * stride;
     a.k = a.q + s.Hk * s.dk;
     a.qk_stride = stride;
     a.v = a.q + 2 * s.Hk * s.dk;
@@ -255,7 +229,7 @@ void check_rule(const rule_shape& s, const std::vector<run_spec>& rs, int n_slot
     t0 += r.n;
   }
 
-  dev<float> du(u), dg(g), dbeta(beta), dS(S0), dout(ref_out.size());
+  dev<float> du(u), dalpha(alpha), dbraw(braw), ddecay(decay), dbias(bias);
   dev<int32_t> druns(runs);
   dn_rule_args a;
   a.q = du.p;
@@ -263,19 +237,37 @@ void check_rule(const rule_shape& s, const std::vector<run_spec>& rs, int n_slot
   a.qk_stride = stride;
   a.v = du.p + 2 * s.Hk * s.dk;
   a.v_stride = stride;
-  a.g = dg.p;
-  a.beta = dbeta.p;
+  a.a_decay = ddecay.p, a.dt_bias = dbias.p;
   a.Hk = s.Hk, a.Hv = s.Hv, a.dk = s.dk, a.dv = s.dv;
-  a.S = dS.p;
-  a.out = dout.p;
-  ASSERT_EQ(launch_dn_rule(a, dn_runs{druns.p, int(rs.size()), max_tokens(rs)}, nullptr), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  char tag[96];
-  std::snprintf(tag, sizeof tag, "rule Hk=%d Hv=%d dk=%d dv=%d runs=%zu", s.Hk, s.Hv, s.dk, s.dv, rs.size());
-  // fp32 with a different summation order (warp trees vs sequential) over up to 70 recurrent
-  // steps; outputs and states are O(1). A wrong index or a missed sync shows as O(1) errors.
-  expect_close(std::string(tag) + " out", dout.host(), ref_out, 1e-4f, 1e-4f);
-  expect_close(std::string(tag) + " state", dS.host(), ref_S, 1e-4f, 1e-4f);
+  // b and a side by side in one [T][2 Hv] buffer, as the backend has them when one mat-vec job
+  // computes both.
+  std::vector<float> packed(size_t(T) * 2 * s.Hv);
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < s.Hv; ++h) {
+      packed[size_t(t) * 2 * s.Hv + h] = braw[size_t(t) * s.Hv + h];
+      packed[size_t(t) * 2 * s.Hv + s.Hv + h] = alpha[size_t(t) * s.Hv + h];
+    }
+  dev<float> dpacked(packed);
+  // Both block shapes (the bound on run length picks narrow blocks for decode, wide ones else),
+  // and the packed gate inputs.
+  for (int variant = 0; variant < 3; ++variant) {
+    const int bound = variant == 1 ? 0 : max_tokens(rs);
+    const bool pack = variant == 2;
+    a.beta = pack ? dpacked.p : dbraw.p;
+    a.alpha = pack ? dpacked.p + s.Hv : dalpha.p;
+    a.gate_stride = pack ? 2 * s.Hv : 0;
+    dev<float> dS2(S0), dout2(ref_out.size());
+    a.S = dS2.p, a.out = dout2.p;
+    ASSERT_EQ(launch_dn_rule(a, dn_runs{druns.p, int(rs.size()), bound}, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    char tag[112];
+    std::snprintf(tag, sizeof tag, "rule Hk=%d Hv=%d dk=%d dv=%d runs=%zu bound=%d%s", s.Hk, s.Hv, s.dk, s.dv,
+                  rs.size(), bound, pack ? " packed gates" : "");
+    // fp32 with a different summation order (warp trees vs sequential) over up to 300 recurrent
+    // steps; outputs and states are O(1). A wrong index or a missed sync shows as O(1) errors.
+    expect_close(std::string(tag) + " out", dout2.host(), ref_out, 1e-4f, 1e-4f);
+    expect_close(std::string(tag) + " state", dS2.host(), ref_S, 1e-4f, 1e-4f);
+  }
 }
 
 // Tiny heads, two v-heads per k-head (h % Hk), the mixed batch.
@@ -316,6 +308,11 @@ TEST(dn_rule_kernel, matches_cpu_long_run) {
 TEST(dn_launchers, reject_bad_shapes) {
   dn_rule_args a;
   a.Hk = 2, a.Hv = 4, a.dk = 48, a.dv = 32;
+  a.l2_eps = 0.f;
+  const dn_runs one0{reinterpret_cast<const int32_t*>(16), 1, 1};
+  a.dk = 128;
+  EXPECT_EQ(launch_dn_rule(a, one0, nullptr), cudaErrorInvalidValue);  // no positive eps
+  a.dk = 48, a.l2_eps = 1e-6f;
   const dn_runs one{reinterpret_cast<const int32_t*>(16), 1, 1};
   EXPECT_EQ(launch_dn_rule(a, one, nullptr), cudaErrorInvalidValue);  // dk not a multiple of 32
   a.dk = 288;

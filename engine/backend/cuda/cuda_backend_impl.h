@@ -101,7 +101,6 @@ class cuda_backend final : public cuda_stage {
   // Hybrid models (cuda_hybrid_block.cpp).
   bool hybrid() const { return hp_.hybrid(); }
   status delta_net_block(uint32_t il, cuda_kv_cache& cache);
-  status l2_norm_qk(float* u, int n_tok);
   status ensure_hybrid_scratch(int n_tok);
   // Gated attention: splits wq's [q, gate] rows into q_ and attn_gate_; gates att_ before wo.
   status split_q_gate(int n_tok);
@@ -126,7 +125,7 @@ class cuda_backend final : public cuda_stage {
   device_buffer matvec_work_;  // int8 copy of a mat-vec's x (launch_matvec's workspace)
   // Hybrid models: wq's output [q, gate] and the gate; the DeltaNet's qkv, conv output u, z, the
   // gate inputs b and a, the gates g and beta, the rule's output o and the gated norm's y.
-  device_buffer qg_, attn_gate_, dn_qkv_, dn_u_, dn_z_, dn_b_, dn_a_, dn_g_, dn_beta_, dn_o_, dn_y_;
+  device_buffer qg_, attn_gate_, dn_qkv_, dn_u_, dn_z_, dn_b_, dn_a_, dn_o_, dn_y_;
   int scratch_tokens_ = 0;
   cuda_graph_cache graphs_;
   bool use_graphs_ = true;

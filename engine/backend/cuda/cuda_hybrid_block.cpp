@@ -26,15 +26,8 @@ status cuda_backend::ensure_hybrid_scratch(int n) {
   TANDEM_TRY(attn_gate_.alloc(T * QD * f));
   for (device_buffer* b : {&dn_qkv_, &dn_u_}) TANDEM_TRY(b->alloc(T * C * f));
   for (device_buffer* b : {&dn_z_, &dn_o_, &dn_y_}) TANDEM_TRY(b->alloc(T * VD * f));
-  for (device_buffer* b : {&dn_b_, &dn_a_, &dn_g_, &dn_beta_}) TANDEM_TRY(b->alloc(T * Hv * f));
-  return {};
-}
-
-// The q and k heads (2·Hk heads of dk floats at the start of every conv output row) in one launch.
-status cuda_backend::l2_norm_qk(float* u, int n_tok) {
-  const delta_net_shape dn = delta_net_of(hp_);
-  TANDEM_CUDA_TRY(launch_l2_norm_heads(u, n_tok, 2 * int(dn.n_k_heads), int(dn.k_dim), int64_t(dn.conv_dim()), k_l2_eps,
-                                       ctx_->stream()));
+  TANDEM_TRY(dn_b_.alloc(T * 2 * Hv * f));  // b, or b and a side by side (dn_ba)
+  TANDEM_TRY(dn_a_.alloc(T * Hv * f));
   return {};
 }
 
@@ -46,38 +39,49 @@ status cuda_backend::delta_net_block(uint32_t il, cuda_kv_cache& cache) {
   const cudaStream_t s = ctx_->stream();
   const int T = plan_.n_tok, E = int(hp_.n_embd), C = int(dn.conv_dim()), Hv = int(dn.n_v_heads);
   float *x = x_.get<float>(), *xn = xn_.get<float>(), *qkv = dn_qkv_.get<float>(), *z = dn_z_.get<float>(),
-        *b = dn_b_.get<float>(), *a = dn_a_.get<float>();
+        *b = dn_b_.get<float>(), *a_sep = dn_a_.get<float>();
+  // b and a as one job when their rows lie back to back: gate inputs [T][b(Hv), a(Hv)].
+  const bool ba = L.dn_ba.n_out == 2 * Hv;
+  float* a = ba ? b + Hv : a_sep;
+  const int64_t gate_stride = ba ? 2 * Hv : Hv;
   if (matvec_ready({&L.dn_qkv, &L.dn_gate, &L.dn_beta, &L.dn_alpha}, T)) {
-    // Both launches read the one int8 copy of xn the norm writes.
+    // The launches read the one int8 copy of xn the norm writes.
     TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp_.rms_eps, matvec_work_.get(), s));
     TANDEM_TRY(mark("DeltaNet norm"));
-    TANDEM_TRY(matvec_quantized({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_beta, b}}, xn, T, false));
-    TANDEM_TRY(matvec_quantized({{&L.dn_alpha, a}}, xn, T, false));
+    if (ba) {
+      TANDEM_TRY(matvec_quantized({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_ba, b}}, xn, T, false));
+    } else {
+      TANDEM_TRY(matvec_quantized({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_beta, b}}, xn, T, false));
+      TANDEM_TRY(matvec_quantized({{&L.dn_alpha, a}}, xn, T, false));
+    }
   } else {
     TANDEM_CUDA_TRY(launch_rms_norm(x, L.attn_norm, xn, T, E, hp_.rms_eps, s));
     TANDEM_TRY(mark("DeltaNet norm"));
-    TANDEM_TRY(matmul_fused({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_beta, b}}, xn, T, false));
-    TANDEM_TRY(matmul_fused({{&L.dn_alpha, a}}, xn, T, false));
+    if (ba) {
+      TANDEM_TRY(matmul_fused({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_ba, b}}, xn, T, false));
+    } else {
+      TANDEM_TRY(matmul_fused({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_beta, b}}, xn, T, false));
+      TANDEM_TRY(matmul_fused({{&L.dn_alpha, a}}, xn, T, false));
+    }
   }
   TANDEM_TRY(mark("DeltaNet qkv z b a"));
 
   const dn_runs runs{dev_ints(plan_.off_dn_runs), plan_.n_dn_runs, plan_.dn_max_tokens};
   float* u = dn_u_.get<float>();
   TANDEM_CUDA_TRY(launch_dn_conv(qkv, C, L.dn_conv, C, int(dn.kernel), cache.conv_state(il), runs, u, s));
-  TANDEM_TRY(l2_norm_qk(u, T));
-  float *g = dn_g_.get<float>(), *beta = dn_beta_.get<float>();
-  TANDEM_CUDA_TRY(launch_dn_gates(a, b, L.dn_a, L.dn_dt_bias, T, Hv, g, beta, s));
-  TANDEM_TRY(mark("DeltaNet conv, l2 norm, gates"));
+  TANDEM_TRY(mark("DeltaNet conv"));
 
   dn_rule_args r;
   r.q = u, r.k = u + dn.key_dim(), r.qk_stride = C;
   r.v = u + 2 * dn.key_dim(), r.v_stride = C;
-  r.g = g, r.beta = beta;
+  r.alpha = a, r.beta = b, r.a_decay = L.dn_a, r.dt_bias = L.dn_dt_bias;
+  r.gate_stride = gate_stride;
+  r.l2_eps = k_l2_eps;
   r.Hk = int(dn.n_k_heads), r.Hv = Hv, r.dk = int(dn.k_dim), r.dv = int(dn.v_dim);
   r.S = cache.ssm_state(il);
   r.out = dn_o_.get<float>();
   TANDEM_CUDA_TRY(launch_dn_rule(r, runs, s));
-  TANDEM_TRY(mark("DeltaNet rule"));
+  TANDEM_TRY(mark("DeltaNet gates, l2 norm, rule"));
   float* y = dn_y_.get<float>();
   TANDEM_CUDA_TRY(launch_rms_norm_gated(r.out, L.dn_norm, z, y, int64_t(T) * Hv, int(dn.v_dim), hp_.rms_eps, s));
   TANDEM_TRY(mark("DeltaNet gated norm"));

@@ -177,21 +177,30 @@ namespace {
 struct cut_list {
   std::vector<std::pair<const gguf_tensor*, matrix_cut>> items;
   std::map<const gguf_tensor*, size_t> index;
-  uint64_t total = 0;
+  uint64_t total = 0, last_end = 0;
 
   status add(const gguf_tensor* t, cut_kind kind = cut_kind::whole, uint64_t begin = 0, uint64_t end = 0) {
-    TANDEM_TRY(check_matrix(t));
-    if (index.count(t)) return {};  // the tied output head shares token_embd's copy
-    matrix_cut c{kind, begin, end, total};
-    TANDEM_TRY(check_cut(*t, c));
-    index[t] = items.size();
-    items.emplace_back(t, c);
-    total = align_up(total + cut_bytes(*t, c), k_align);
-    return {};
+    return place(t, kind, begin, end, total);
   }
+  // A whole matrix right after the previous one with no padding: the two read as one matrix of
+  // both row sets (rows need no alignment of their own; the previous one's start has it).
+  status add_after_previous(const gguf_tensor* t) { return place(t, cut_kind::whole, 0, 0, last_end); }
   device_matrix at(const gguf_tensor* t, const uint8_t* base) const {
     if (!index.count(t)) return {};
     return matrix_at(*t, base, items[index.at(t)].second);
+  }
+
+ private:
+  status place(const gguf_tensor* t, cut_kind kind, uint64_t begin, uint64_t end, uint64_t offset) {
+    TANDEM_TRY(check_matrix(t));
+    if (index.count(t)) return {};  // the tied output head shares token_embd's copy
+    matrix_cut c{kind, begin, end, offset};
+    TANDEM_TRY(check_cut(*t, c));
+    index[t] = items.size();
+    items.emplace_back(t, c);
+    last_end = offset + cut_bytes(*t, c);
+    total = align_up(last_end, k_align);
+    return {};
   }
 };
 
@@ -208,11 +217,16 @@ layer_cut cut_of(const hparams& hp, const weight_range& r) {
           kb == 0 && ke == hp.n_head_kv, fb == 0 && fe == hp.n_ff};
 }
 
+bool same_layout(const gguf_tensor& a, const gguf_tensor& b) { return a.type == b.type && a.dims[0] == b.dims[0]; }
+
 status add_layer(const layer_weights& l, layer_kind kind, const layer_cut& c, cut_list& m, vector_pack& v) {
   v.add(l.attn_norm);
   v.add(l.ffn_norm);
   if (kind == layer_kind::delta_net) {  // never cut: make_cuda_backend refuses splits of hybrid models
-    for (const gguf_tensor* t : {l.dn_qkv, l.dn_gate, l.dn_beta, l.dn_alpha, l.dn_out}) TANDEM_TRY(m.add(t));
+    for (const gguf_tensor* t : {l.dn_qkv, l.dn_gate, l.dn_beta}) TANDEM_TRY(m.add(t));
+    // alpha's rows straight after beta's: one mat-vec job computes both gate inputs.
+    if (l.dn_beta && l.dn_alpha && same_layout(*l.dn_beta, *l.dn_alpha)) TANDEM_TRY(m.add_after_previous(l.dn_alpha));
+    for (const gguf_tensor* t : {l.dn_alpha, l.dn_out}) TANDEM_TRY(m.add(t));
     for (const gguf_tensor* t : {l.dn_conv, l.dn_dt_bias, l.dn_a, l.dn_norm}) {
       if (!t) return make_error("CUDA backend: a DeltaNet weight of the layer is missing");
       v.add(t);
@@ -301,6 +315,10 @@ status upload_weights(const model_desc& desc, const cuda_context& ctx, size_t st
     d.dn_gate = mats.at(l.dn_gate, base);
     d.dn_beta = mats.at(l.dn_beta, base);
     d.dn_alpha = mats.at(l.dn_alpha, base);
+    if (d.dn_beta.data && d.dn_alpha.data == d.dn_beta.data + d.dn_beta.n_out * d.dn_beta.row_bytes) {
+      d.dn_ba = d.dn_beta;
+      d.dn_ba.n_out += d.dn_alpha.n_out;
+    }
     d.dn_out = mats.at(l.dn_out, base);
     d.dn_conv = vec(l.dn_conv);
     d.dn_dt_bias = vec(l.dn_dt_bias);

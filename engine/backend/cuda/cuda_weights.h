@@ -32,6 +32,7 @@ struct device_layer {
   device_matrix wq, wk, wv, wo, gate, up, down;  // wq of a hybrid model: [q, gate] rows per head
   // Gated DeltaNet layers (hybrid models; empty elsewhere).
   device_matrix dn_qkv, dn_gate, dn_beta, dn_alpha, dn_out;
+  device_matrix dn_ba;  // beta's rows then alpha's, when they lie back to back (else n_out 0)
   const float* dn_conv = nullptr;     // [conv_dim][K], tap 0 oldest
   const float* dn_dt_bias = nullptr;  // [Hv]
   const float* dn_a = nullptr;        // [Hv], = -exp(A_log)
