@@ -55,11 +55,7 @@ constexpr std::string_view k_model_types[] = {"llama", "qwen2", "qwen3", "qwen3_
 bool is_qwen35_type(std::string_view t) { return t == "qwen3_5_text" || t == "qwen3_5"; }
 
 // HF per-layer suffixes (after "model.layers.N.") and llama.cpp's per-layer stems.
-struct layer_name {
-  std::string_view hf;
-  std::string_view gguf;
-};
-constexpr layer_name k_layer_names[] = {
+constexpr hf_detail::layer_name k_layer_names[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
     {"self_attn.q_proj.weight", "attn_q.weight"},
     {"self_attn.q_proj.bias", "attn_q.bias"},
@@ -351,7 +347,7 @@ result<hf_config> read_hf_config(const std::string& path) {
   return parse_hf_config(ss.str(), path);
 }
 
-std::optional<std::string> map_hf_tensor_name(std::string_view n) {
+std::optional<std::string> hf_detail::map_tensor_name(std::string_view n, std::span<const layer_name> layers) {
   if (n == "model.embed_tokens.weight") return "token_embd.weight";
   if (n == "model.norm.weight") return "output_norm.weight";
   if (n == "lm_head.weight") return "output.weight";
@@ -365,9 +361,13 @@ std::optional<std::string> map_hf_tensor_name(std::string_view n) {
       (idx.size() > 1 && idx[0] == '0'))
     return std::nullopt;
   const std::string_view rest = n.substr(dot + 1);
-  for (const auto& ln : k_layer_names)
+  for (const auto& ln : layers)
     if (ln.hf == rest) return "blk." + std::string(idx) + "." + std::string(ln.gguf);
   return std::nullopt;
+}
+
+std::optional<std::string> map_hf_tensor_name(std::string_view n) {
+  return hf_detail::map_tensor_name(n, k_layer_names);
 }
 
 uint64_t llama_qk_source_row(uint64_t row, uint64_t head_dim) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -103,6 +104,15 @@ result<hf_config> parse_qwen35_config(const json& root, const std::string& label
 bool qwen35_ignored_tensor(std::string_view hf_name);
 // HF -> GGUF names for qwen35 (also under the "model.language_model." prefix); nullopt otherwise.
 std::optional<std::string> map_qwen35_tensor_name(std::string_view hf_name);
+
+// HF per-layer suffixes (after "model.layers.N.") and llama.cpp's per-layer stems.
+struct layer_name {
+  std::string_view hf;
+  std::string_view gguf;
+};
+// The GGUF name of a HF tensor: the global ones (embeddings, final norm, head), or
+// "model.layers.N.<suffix>" with a suffix in `layers` as "blk.N.<stem>"; nullopt otherwise.
+std::optional<std::string> map_tensor_name(std::string_view hf_name, std::span<const layer_name> layers);
 // The converter's value changes for a qwen35 tensor: +1 on norms (not ssm_norm), -exp(A_log),
 // and the V-head reorder on the DeltaNet tensors.
 tensor_transform qwen35_transform(const tensor_spec& spec, const hparams& hp);

@@ -10,10 +10,6 @@ namespace tandem::hf_detail {
 namespace {
 
 // HF per-layer suffixes (after "model.layers.N.") and llama.cpp's names for qwen35.
-struct layer_name {
-  std::string_view hf;
-  std::string_view gguf;
-};
 constexpr layer_name k_qwen35_names[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
     {"post_attention_layernorm.weight", "post_attention_norm.weight"},
@@ -216,22 +212,7 @@ std::optional<std::string> map_qwen35_tensor_name(std::string_view n) {
     plain = "model." + std::string(n.substr(lm.size()));
     n = plain;
   }
-  if (n == "model.embed_tokens.weight") return "token_embd.weight";
-  if (n == "model.norm.weight") return "output_norm.weight";
-  if (n == "lm_head.weight") return "output.weight";
-  constexpr std::string_view prefix = "model.layers.";
-  if (!n.starts_with(prefix)) return std::nullopt;
-  n.remove_prefix(prefix.size());
-  const size_t dot = n.find('.');
-  if (dot == 0 || dot == std::string_view::npos || dot > 6) return std::nullopt;
-  const std::string_view idx = n.substr(0, dot);
-  if (!std::all_of(idx.begin(), idx.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) ||
-      (idx.size() > 1 && idx[0] == '0'))
-    return std::nullopt;
-  const std::string_view rest = n.substr(dot + 1);
-  for (const auto& ln : k_qwen35_names)
-    if (ln.hf == rest) return "blk." + std::string(idx) + "." + std::string(ln.gguf);
-  return std::nullopt;
+  return map_tensor_name(n, k_qwen35_names);
 }
 
 tensor_transform qwen35_transform(const tensor_spec& spec, const hparams& hp) {
