@@ -1,12 +1,12 @@
 // Attention kernels over the paged KV cache (f16, f32 or Q8_0 rows). Decode: one thread block per
 // (token, head, split), each warp walking keys in runs of four with an online softmax, lanes
 // holding head_dim/32 dims; the last split of a head to finish merges the partials (one launch).
-// Prefill helpers feed cuBLAS GEMMs (see attention.h). Q8_0 rows are quantized on the GPU exactly
-// as the CPU's quantize_kv_row.
+// Q8_0 rows are quantized on the GPU exactly as the CPU's quantize_kv_row.
 #include "kernels/attention.h"
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -21,7 +21,10 @@ namespace tandem {
 namespace {
 
 constexpr int k_warps = 4;
-constexpr int k_max_split = 32;
+constexpr int k_max_split = k_paged_max_splits;
+// Short caches take at most this many splits (of split_keys() keys each); deeper ones, runs of
+// deep_split_keys() keys, up to k_max_split.
+constexpr int k_short_splits = 32;
 // Keys a warp loads at once in the decode kernel (8 measured: +0.5% at 1-128 keys, -0.8% at
 // 1-2048 on an H200, for 1.7x the registers).
 constexpr int k_keys = 4;
@@ -270,52 +273,90 @@ __global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_kernel(qk_rop
   }
 }
 
-// Merges the splits of one (token, head) with the block's threads: out = sum_s O_s e^{m_s - M}
-// / sum_s l_s e^{m_s - M} over the splits that saw keys, summed in split order. Reads through L2
-// (__ldcg): other blocks wrote the partials during this launch. The splits' (m, l) come in one
-// round trip (lane s of warp 0 loads split s) and each thread's partial-row loads go out eight
-// at a time before they are used: a loop of dependent loads cost two round trips per split
-// (Qwen3-8B shape, decode over 1-2048 keys on an H200: 352 -> 377 tokens/s with this).
-__device__ void combine_splits(const float* part, int64_t head, int pos, int head_dim, int n_split, int chunk,
-                               float* out, int8_t* out_q, float2* out_ds) {
-  static_assert(k_max_split <= 32, "one lane of warp 0 per split");
-  const int used = min(n_split, (pos + chunk) / chunk);  // splits that saw keys
-  const int stride = head_dim + 2;
-  const float* p = part + head * n_split * stride;
-  __shared__ float s_e[k_max_split], s_l[k_max_split], s_sum;
-  if (threadIdx.x < 32) {
-    const int s = threadIdx.x;
-    const float m = s < used ? __ldcg(p + s * stride + head_dim) : -INFINITY;
-    const float l = s < used ? __ldcg(p + s * stride + head_dim + 1) : 0.f;
-    float M = m;
+// The max (Max) or sum of v over the block's k_warps warps, in every thread. s_red: k_warps
+// floats, free again on return.
+template <bool Max>
+__device__ __forceinline__ float block_reduce(float v, float* s_red) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-    s_e[s] = s < used && l > 0.f ? expf(m - M) : 0.f;
-    s_l[s] = l;
-    __syncwarp();
-    if (s == 0) {
-      float L = 0.f;
-      for (int i = 0; i < used; ++i)
-        if (s_l[i] > 0.f) L += s_l[i] * s_e[i];
-      s_sum = L;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = Max ? fmaxf(v, w) : v + w;
+  }
+  if (threadIdx.x % 32 == 0) s_red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float r = s_red[0];
+#pragma unroll
+  for (int w = 1; w < k_warps; ++w) r = Max ? fmaxf(r, s_red[w]) : r + s_red[w];
+  __syncthreads();
+  return r;
+}
+
+// Lane `lane`'s DPL values of a split's partial row, through L2 (other blocks wrote it during
+// this launch). Rows are head_dim + 2 floats, so 8-byte loads are the widest always aligned.
+template <int DPL>
+__device__ __forceinline__ void load_partial(const float* row, int lane, float (&o)[DPL]) {
+  if constexpr (DPL == 1) {
+    o[0] = __ldcg(row + lane);
+  } else {
+#pragma unroll
+    for (int i = 0; i < DPL / 2; ++i) {
+      const float2 f = __ldcg(reinterpret_cast<const float2*>(row + lane * DPL) + i);
+      o[2 * i] = f.x, o[2 * i + 1] = f.y;
     }
   }
-  __syncthreads();
-  const float L = s_sum;
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float o = 0.f;
-    for (int s0 = 0; s0 < used; s0 += 8) {
-      float v[8];
+}
+
+// Merges the splits of one (token, head) with the block's threads: out = sum_s O_s e^{m_s - M}
+// / sum_s l_s e^{m_s - M} over the splits that saw keys. Up to k_max_split splits (deep caches
+// take over a hundred): thread s loads split s's (m, l), so they come in one round trip; then
+// warp w sums splits w, w + k_warps, ... with each lane holding its DPL dims, issuing the rows of
+// U splits before using them, and the warps' sums meet in s_acc (the kernel's warp merge buffer,
+// free by now). A loop of dependent loads cost two round trips per split
+// (Qwen3-8B shape, decode over 1-2048 keys on an H200: 352 -> 377 tokens/s without it). Not
+// inlined: inlined, it moved the key loop's register allocation (f32 cache, head_dim 128: 64 ->
+// 72 registers, 8 -> 7 blocks per SM); called, it has no stack frame and the kernels keep their
+// budgets in tests/kernels/occupancy_budget.txt.
+template <int DPL>
+__device__ __noinline__ void combine_splits(const float* part, int64_t head, int pos, int n_split, int chunk,
+                                            float (*s_acc)[32 * DPL], float* out, int8_t* out_q, float2* out_ds) {
+  constexpr int D = 32 * DPL, stride = D + 2, U = 4;  // U: splits a warp has in flight
+  static_assert(k_max_split <= 32 * k_warps, "one thread per split's (m, l)");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int used = min(n_split, (pos + chunk) / chunk);  // splits that saw keys
+  const float* p = part + head * n_split * stride;
+  __shared__ float s_e[32 * k_warps], s_red[k_warps];
+  const int s = threadIdx.x;
+  const float m = s < used ? __ldcg(p + s * stride + D) : -INFINITY;
+  const float l = s < used ? __ldcg(p + s * stride + D + 1) : 0.f;
+  const float M = block_reduce<true>(m, s_red);
+  const float e = s < used && l > 0.f ? expf(m - M) : 0.f;
+  s_e[s] = e;
+  const float L = block_reduce<false>(l * e, s_red);  // its barrier also publishes s_e
+  float o[DPL];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) v[u] = s0 + u < used ? __ldcg(p + (s0 + u) * stride + d) : 0.f;
+  for (int i = 0; i < DPL; ++i) o[i] = 0.f;
+  for (int s0 = warp; s0 < used; s0 += U * k_warps) {
+    float v[U][DPL];
 #pragma unroll
-      for (int u = 0; u < 8; ++u)
-        if (s0 + u < used && s_l[s0 + u] > 0.f) o += v[u] * s_e[s0 + u];
+    for (int u = 0; u < U; ++u) load_partial<DPL>(p + min(s0 + u * k_warps, used - 1) * stride, lane, v[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const float w = s0 + u * k_warps < used ? s_e[s0 + u * k_warps] : 0.f;  // past the end: weight 0
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) o[i] = fmaf(w, v[u][i], o[i]);
     }
-    const float v = o / L;
-    out[head * head_dim + d] = v;
+  }
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) s_acc[warp][lane * DPL + i] = o[i];
+  __syncthreads();
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < k_warps; ++w) sum += s_acc[w][d];
+    const float v = sum / L;
+    out[head * D + d] = v;
     // Warps cover 32 consecutive d (head_dim % 32 == 0): one int8 block of the token's row.
-    if (out_q) quantize_x_warp(v, out_q + head * head_dim + (d & ~31), out_ds + (head * head_dim + d) / 32);
+    if (out_q) quantize_x_warp(v, out_q + head * D + (d & ~31), out_ds + (head * D + d) / 32);
   }
 }
 
@@ -447,7 +488,7 @@ __global__ void __launch_bounds__(32 * k_warps)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  combine_splits(part, head, pos, D, n_split, chunk, a.out, a.out_q, a.out_ds);
+  combine_splits<DPL>(part, head, pos, n_split, chunk, s_acc, a.out, a.out_q, a.out_ds);
 }
 
 template <int DPL, class T>
@@ -467,71 +508,6 @@ cudaError_t launch_paged_t(const paged_attention_args& a, int n_split, int chunk
     case 256: return launch_paged<8, T>(a, n_split, chunk, work, stream);
     default: return cudaErrorInvalidValue;
   }
-}
-
-template <class T>
-__global__ void gather_kv_kernel(const T* __restrict__ cache, const int32_t* __restrict__ table, int block_size,
-                                 int n_kv, int n_head_kv, int head_dim, uint16_t* __restrict__ out) {
-  const int j = blockIdx.x, h = blockIdx.y;
-  const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
-  const T* src = cache + (slot * n_head_kv + h) * head_dim;
-  uint16_t* dst = out + (static_cast<int64_t>(h) * n_kv + j) * head_dim;
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    if constexpr (sizeof(T) == 2)
-      dst[d] = src[d];
-    else
-      dst[d] = float_to_fp16(src[d]);
-  }
-}
-
-__global__ void gather_kv_q8_0_kernel(const uint8_t* __restrict__ cache, const int32_t* __restrict__ table,
-                                      int block_size, int n_kv, int n_head_kv, int head_dim,
-                                      uint16_t* __restrict__ out) {
-  const int j = blockIdx.x, h = blockIdx.y;
-  const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
-  const uint8_t* src = cache + (slot * n_head_kv + h) * (head_dim / 32) * 34;
-  uint16_t* dst = out + (static_cast<int64_t>(h) * n_kv + j) * head_dim;
-  for (int e = threadIdx.x; e < head_dim; e += blockDim.x) {
-    const uint8_t* blk = src + (e / 32) * 34;
-    const float d = fp16_to_float(*reinterpret_cast<const uint16_t*>(blk));
-    dst[e] = float_to_fp16(d * static_cast<float>(static_cast<int8_t>(blk[2 + e % 32])));
-  }
-}
-
-__global__ void heads_to_f16_kernel(const float* __restrict__ x, int n_tok, int n_head, int head_dim,
-                                    uint16_t* __restrict__ out) {
-  const int t = blockIdx.x, h = blockIdx.y;
-  const float* src = x + (static_cast<int64_t>(t) * n_head + h) * head_dim;
-  uint16_t* dst = out + (static_cast<int64_t>(h) * n_tok + t) * head_dim;
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) dst[d] = float_to_fp16(src[d]);
-}
-
-__global__ void causal_softmax_kernel(const float* __restrict__ s, int n_q, int n_kv, int pos0,
-                                      uint16_t* __restrict__ p) {
-  __shared__ float red[32];
-  const int64_t r = blockIdx.x;
-  const int limit = min(n_kv, pos0 + static_cast<int>(r % n_q) + 1);  // keys 0..limit-1
-  const float* row = s + r * n_kv;
-  uint16_t* prow = p + r * n_kv;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
-  float mx = -INFINITY;
-  for (int j = threadIdx.x; j < limit; j += blockDim.x) mx = fmaxf(mx, row[j]);
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  if (lane == 0) red[warp] = mx;
-  __syncthreads();
-  mx = red[0];
-  for (int w = 1; w < n_warps; ++w) mx = fmaxf(mx, red[w]);
-  __syncthreads();
-  float sum = 0.f;
-  for (int j = threadIdx.x; j < limit; j += blockDim.x) sum += expf(row[j] - mx);
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  if (lane == 0) red[warp] = sum;
-  __syncthreads();
-  sum = 0.f;
-  for (int w = 0; w < n_warps; ++w) sum += red[w];
-  const float inv = 1.f / sum;
-  for (int j = threadIdx.x; j < n_kv; j += blockDim.x)
-    prow[j] = float_to_fp16(j < limit ? expf(row[j] - mx) * inv : 0.f);
 }
 
 }  // namespace
@@ -589,10 +565,50 @@ int split_keys() {
   return keys;
 }
 
+// Keys per split past k_short_splits splits of deep_split_keys(): at 16k-64k keys, 32 splits
+// left each warp walking hundreds of runs of k_keys in series while the GPU held too few blocks
+// to hide it (24 heads x 32 splits is 1.2 waves of 5 blocks/SM on 132 SMs at head_dim 256).
+// 256 keys is 16 runs a warp and several waves of blocks. TANDEM_ATTN_DEEP_SPLIT_KEYS=N
+// overrides it (N >= 64), to measure.
+int deep_split_keys() {
+  static const int keys = [] {
+    const char* e = std::getenv("TANDEM_ATTN_DEEP_SPLIT_KEYS");
+    const int v = e ? std::atoi(e) : 0;
+    return v >= 64 ? v : 256;
+  }();
+  return keys;
+}
+
 }  // namespace
 
 size_t paged_attention_work_floats(int n_tok, int n_head, int head_dim, int n_split) {
   return k_split_counters + static_cast<size_t>(n_tok) * n_head * n_split * (head_dim + 2);
+}
+
+size_t paged_attention_step_work_floats(int n_tok, int n_head, int head_dim) {
+  const int64_t pairs = static_cast<int64_t>(n_tok) * n_head;
+  const int64_t slots = std::min<int64_t>(pairs * k_paged_max_splits, k_paged_split_slots);
+  return k_split_counters + static_cast<size_t>(std::max<int64_t>(slots, 0)) * (head_dim + 2);
+}
+
+int paged_attention_splits(int n_tok, int n_head, int head_dim, int max_kv, size_t work_floats) {
+  const int64_t pairs = static_cast<int64_t>(n_tok) * n_head;
+  if (pairs <= 0 || pairs >= k_split_counters || max_kv <= 0 || work_floats <= k_split_counters) return 1;
+  // Short caches: split_keys() keys a split, as many splits as fill a large GPU (about 2048
+  // blocks), at most k_short_splits. Decode at up to 2048 keys was tuned on this rule.
+  const int keys = split_keys();
+  int64_t n = std::min<int64_t>({(max_kv + keys - 1) / keys, 2048 / pairs + 1, k_short_splits});
+  // Deep caches: runs of deep_split_keys() keys, within the split and partial-slot limits. It
+  // only takes over past k_short_splits full runs, so it never adds splits to a short cache.
+  const int deep_keys = deep_split_keys();
+  if (max_kv > static_cast<int64_t>(k_short_splits) * deep_keys) {
+    const int64_t deep = std::min<int64_t>(
+        {(max_kv + deep_keys - 1) / deep_keys, k_paged_max_splits, k_paged_split_slots / pairs});
+    n = std::max(n, deep);
+  }
+  const size_t fit = (work_floats - k_split_counters) / (static_cast<size_t>(pairs) * (head_dim + 2));
+  n = std::min<int64_t>(n, static_cast<int64_t>(fit));
+  return n > 1 ? static_cast<int>(n) : 1;
 }
 
 cudaError_t launch_paged_attention(const paged_attention_args& a, float* work, size_t work_floats,
@@ -603,62 +619,12 @@ cudaError_t launch_paged_attention(const paged_attention_args& a, float* work, s
   if (a.n_tok == 0 || a.max_kv == 0) return cudaSuccess;
   if (static_cast<int64_t>(a.n_tok) * a.n_head > 0x7fffffff) return cudaErrorInvalidValue;
   // Enough blocks to fill a large GPU: split long caches when there are few (token, head) pairs.
-  int n_split = 1;
-  const int64_t pairs = static_cast<int64_t>(a.n_tok) * a.n_head;
-  if (pairs < k_split_counters) {
-    const int keys = split_keys();
-    n_split = static_cast<int>((a.max_kv + keys - 1) / keys);
-    const int64_t want_blocks = 2048 / pairs + 1;
-    if (n_split > want_blocks) n_split = static_cast<int>(want_blocks);
-    if (n_split > k_max_split) n_split = k_max_split;
-    while (n_split > 1 && (!work || paged_attention_work_floats(a.n_tok, a.n_head, a.head_dim, n_split) > work_floats))
-      --n_split;
-  }
+  const int n_split = paged_attention_splits(a.n_tok, a.n_head, a.head_dim, a.max_kv, work ? work_floats : 0);
   const int chunk = (a.max_kv + n_split - 1) / n_split;
   if (a.cache_type == ggml_type::f16) return launch_paged_t<uint16_t>(a, n_split, chunk, work, stream);
   if (a.cache_type == ggml_type::f32) return launch_paged_t<float>(a, n_split, chunk, work, stream);
   if (a.cache_type == ggml_type::q8_0) return launch_paged_t<q8_row>(a, n_split, chunk, work, stream);
   return cudaErrorInvalidValue;
-}
-
-cudaError_t launch_gather_kv_f16(const void* cache, ggml_type cache_type, const int32_t* block_table,
-                                 int block_size, int n_kv, int n_head_kv, int head_dim, uint16_t* out,
-                                 cudaStream_t stream) {
-  if (n_kv < 0 || n_head_kv <= 0 || n_head_kv > 65535 || head_dim <= 0 || block_size <= 0)
-    return cudaErrorInvalidValue;
-  if (n_kv == 0) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>(n_kv), static_cast<unsigned>(n_head_kv));
-  const int threads = head_dim < 128 ? 64 : 128;
-  if (cache_type == ggml_type::f16)
-    gather_kv_kernel<uint16_t><<<grid, threads, 0, stream>>>(static_cast<const uint16_t*>(cache), block_table,
-                                                             block_size, n_kv, n_head_kv, head_dim, out);
-  else if (cache_type == ggml_type::f32)
-    gather_kv_kernel<float><<<grid, threads, 0, stream>>>(static_cast<const float*>(cache), block_table,
-                                                          block_size, n_kv, n_head_kv, head_dim, out);
-  else if (cache_type == ggml_type::q8_0 && head_dim % 32 == 0)
-    gather_kv_q8_0_kernel<<<grid, threads, 0, stream>>>(static_cast<const uint8_t*>(cache), block_table,
-                                                        block_size, n_kv, n_head_kv, head_dim, out);
-  else
-    return cudaErrorInvalidValue;
-  return cudaGetLastError();
-}
-
-cudaError_t launch_heads_to_f16(const float* x, int n_tok, int n_head, int head_dim, uint16_t* out,
-                                cudaStream_t stream) {
-  if (n_tok < 0 || n_head <= 0 || n_head > 65535 || head_dim <= 0) return cudaErrorInvalidValue;
-  if (n_tok == 0) return cudaSuccess;
-  const int threads = head_dim < 128 ? 64 : 128;
-  heads_to_f16_kernel<<<dim3(static_cast<unsigned>(n_tok), static_cast<unsigned>(n_head)), threads, 0, stream>>>(
-      x, n_tok, n_head, head_dim, out);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_causal_softmax(const float* s, int n_rows, int n_q, int n_kv, int pos0, uint16_t* p,
-                                  cudaStream_t stream) {
-  if (n_rows < 0 || n_q <= 0 || n_kv <= 0 || pos0 < 0) return cudaErrorInvalidValue;
-  if (n_rows == 0) return cudaSuccess;
-  causal_softmax_kernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(s, n_q, n_kv, pos0, p);
-  return cudaGetLastError();
 }
 
 }  // namespace tandem

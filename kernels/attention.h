@@ -1,6 +1,5 @@
-// Host launchers for attention over the paged KV cache: storing new K/V rows, a split-K kernel
-// for decode (any batch, CUDA cores), and the helpers of the prefill path that runs Q·Kᵀ and P·V
-// as cuBLAS GEMMs (gathering a sequence's K/V to contiguous fp16, a causal softmax).
+// Host launchers for attention over the paged KV cache: storing new K/V rows and a split-K kernel
+// for decode (any batch, CUDA cores). Prefill runs take flash_attention.h.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -66,33 +65,33 @@ struct paged_attention_args {
   float2* out_ds = nullptr;
 };
 
+// Splits of one (token, head)'s keys the decode kernel takes at most (a deep cache is cut into
+// runs of about 256 keys; short ones keep 64-key splits, at most 32), and the most split
+// partials one launch keeps over all its (token, head) pairs (1024 pairs x 32 splits: what the
+// workspace held before deep caches were split further).
+constexpr int k_paged_max_splits = 128;
+constexpr int k_paged_split_slots = 32768;
+
 // Floats of workspace that lets the decode kernel split each head's keys n_split ways: split
 // arrival counters, then the partials.
 size_t paged_attention_work_floats(int n_tok, int n_head, int head_dim, int n_split);
 
+// The workspace that lets every launch of up to n_tok tokens take all the splits it would pick:
+// min(n_tok * n_head * k_paged_max_splits, k_paged_split_slots) partials. Grows with n_tok, so
+// a workspace sized for one step serves every smaller one.
+size_t paged_attention_step_work_floats(int n_tok, int n_head, int head_dim);
+
+// The splits launch_paged_attention takes for these sizes and a workspace of work_floats (0: no
+// workspace, so 1). Exposed for tests and for sizing.
+int paged_attention_splits(int n_tok, int n_head, int head_dim, int max_kv, size_t work_floats);
+
 // out = softmax(scale · q·Kᵀ) · V per token and head (GQA: head h reads kv head h / (n_head /
 // n_head_kv)). head_dim must be 32, 64, 128 or 256. `work` (may be null) holds split partials;
-// the launcher picks the most splits that fit in work_floats (at most 32). One launch: the last
-// split of a head to finish merges the partials. work must be zeroed (cudaMemset) before its
-// first use; every launch leaves its counters zero again, so a workspace is not to be shared by
-// launches that may run at the same time.
+// the launcher takes paged_attention_splits(...) splits, as many as fit in work_floats. One
+// launch: the last split of a head to finish merges the partials. work must be zeroed
+// (cudaMemset) before its first use; every launch leaves its counters zero again, so a workspace
+// is not to be shared by launches that may run at the same time.
 cudaError_t launch_paged_attention(const paged_attention_args& a, float* work, size_t work_floats,
                                    cudaStream_t stream);
-
-// out[h][j][d] (fp16) = the layer cache's row of kv head h at the sequence's position j, for
-// j < n_kv, via its block table (block_size slots per block). Cache f16, f32 or q8_0
-// (head_dim % 32 == 0; dequantized as d · q).
-cudaError_t launch_gather_kv_f16(const void* cache, ggml_type cache_type, const int32_t* block_table,
-                                 int block_size, int n_kv, int n_head_kv, int head_dim, uint16_t* out,
-                                 cudaStream_t stream);
-
-// out[h][t][d] (fp16) = x[t][h][d] (float): per-head contiguous queries for a batched GEMM.
-cudaError_t launch_heads_to_f16(const float* x, int n_tok, int n_head, int head_dim, uint16_t* out,
-                                cudaStream_t stream);
-
-// Row r of s (n_rows rows of n_kv floats, query t = r % n_q at position pos0 + t) becomes the
-// softmax over keys 0..pos0+t, written as fp16 to p (keys past the query get 0).
-cudaError_t launch_causal_softmax(const float* s, int n_rows, int n_q, int n_kv, int pos0, uint16_t* p,
-                                  cudaStream_t stream);
 
 }  // namespace tandem

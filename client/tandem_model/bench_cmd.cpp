@@ -1,9 +1,13 @@
-// `tandem-model bench --model F.gguf -p 512,2048 -n 128 -r 3 [--kv f16|q8_0] [--devices 0,1 [--ratios R]]
-// [--json] [--profile]`. Prefill test ppN: one
-// forward of N tokens from an empty cache. Decode test tgN: N single-token forwards from an empty
-// cache, greedy on the GPU. Decode is set against the device-to-device copy bandwidth ((weight bytes
-// + recurrent state bytes read and written) per token × t/s), prefill against the cuBLAS fp16 GEMM
-// rate (2·params·N + attention FLOPs + DeltaNet rule FLOPs).
+// `tandem-model bench --model F.gguf -p 512,2048 -n 128 -r 3 [-d 0,16384] [--ubatch 2048] [--kv f16|q8_0]
+// [--devices 0,1 [--ratios R]] [--json] [--profile]`. At each depth D (llama-bench's -d; default 0)
+// D tokens are first prefilled untimed and checkpointed; every repetition then starts from exactly
+// that cache (truncate restores it, recurrent state included). Prefill test ppN: N tokens at
+// positions D..D+N-1, in forwards of at most --ubatch tokens, each attending to what the previous
+// ones wrote; t/s is N over the time of all of them. Decode test tgN: N single-token forwards from
+// position D, greedy on the GPU. Decode is set against the device-to-device copy bandwidth ((weight
+// bytes + recurrent state bytes read and written + the K/V rows attention reads) per token × t/s),
+// prefill against the cuBLAS fp16 GEMM rate (2·params·N + attention FLOPs over D+i+1 keys for the
+// i-th token + DeltaNet rule FLOPs).
 #include "bench_cmd.h"
 
 #include <chrono>
@@ -34,6 +38,8 @@ struct bench_options {
   std::string model;
   std::vector<int> prompt = {512};
   std::vector<int> gen = {128};
+  std::vector<int> depth = {0};  // context already in the cache under each test (llama-bench -d)
+  int ubatch = 2048;             // most tokens per prefill forward
   int reps = 3;
   int device = 0;
   std::string devices;     // several GPUs ("0,1", "0=16GiB,1=32GiB"): a split over them
@@ -66,32 +72,51 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// One prefill of n random tokens (logits for the last only); returns seconds.
-double run_prefill(cuda_backend_api& be, kv_cache& cache, int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  batch b;
-  for (int i = 0; i < n; ++i) b.add(int32_t(rng() % be.n_vocab()), 0, i, i + 1 == n);
-  cache.clear(0);
-  std::vector<int32_t> ids;
-  const auto t0 = clock_type::now();
-  auto s = be.forward_argmax(b, cache, ids);
-  const double dt = seconds_since(t0);
-  if (!s) fail(s.message());
-  return dt;
+// Brings sequence 0 back to the depth's cache: the first `depth` tokens, the recurrent state as
+// checkpointed after them (depth 0: empty).
+void restore_depth(kv_cache& cache, int depth) {
+  if (cache.truncate(0, uint32_t(depth)) != uint32_t(depth))
+    fail("bench: the cache could not be brought back to depth " + std::to_string(depth));
 }
 
-// n greedy single-token steps from an empty cache; returns seconds.
-double run_decode(cuda_backend_api& be, kv_cache& cache, int n, uint32_t seed) {
-  cache.clear(0);
+// Appends n random tokens to sequence 0 at positions first..first+n-1 in forwards of at most
+// ubatch tokens, each attending to the cache the previous ones wrote (logits for the very last
+// token only); returns seconds over all of them.
+double prefill_chunks(cuda_backend_api& be, kv_cache& cache, int first, int n, int ubatch, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> tokens(size_t(std::max(n, 0)));
+  for (auto& t : tokens) t = int32_t(rng() % be.n_vocab());
   batch b;
-  b.add(int32_t(seed % be.n_vocab()), 0, 0, true);
+  std::vector<int32_t> ids;
+  const auto t0 = clock_type::now();
+  for (int c0 = 0; c0 < n; c0 += ubatch) {
+    const int m = std::min(ubatch, n - c0);
+    b.clear();
+    for (int i = c0; i < c0 + m; ++i) b.add(tokens[size_t(i)], 0, first + i, i + 1 == n);
+    auto s = be.forward_argmax(b, cache, ids);
+    if (!s) fail(s.message());
+  }
+  return seconds_since(t0);
+}
+
+// Prefill test: n random tokens on top of the depth's cache; returns seconds.
+double run_prefill(cuda_backend_api& be, kv_cache& cache, int depth, int n, int ubatch, uint32_t seed) {
+  restore_depth(cache, depth);
+  return prefill_chunks(be, cache, depth, n, ubatch, seed);
+}
+
+// n greedy single-token steps on top of the depth's cache; returns seconds.
+double run_decode(cuda_backend_api& be, kv_cache& cache, int depth, int n, uint32_t seed) {
+  restore_depth(cache, depth);
+  batch b;
+  b.add(int32_t(seed % be.n_vocab()), 0, depth, true);
   std::vector<int32_t> ids;
   const auto t0 = clock_type::now();
   for (int i = 0; i < n; ++i) {
     auto s = be.forward_argmax(b, cache, ids);
     if (!s) fail(s.message());
     b.clear();
-    b.add(ids[0], 0, i + 1, true);
+    b.add(ids[0], 0, depth + i + 1, true);
   }
   return seconds_since(t0);
 }
@@ -165,9 +190,17 @@ void profile_report(const cuda_step_profile& p, const std::string& test, int64_t
   json[test] = groups;
 }
 
+// The test column: "pp512", or at a depth "pp2048 @ d16384" as llama-bench writes it.
+std::string test_name(const char* kind, int n, int depth) {
+  std::string t = kind + std::to_string(n);
+  if (depth > 0) t += " @ d" + std::to_string(depth);
+  return t;
+}
+
 // The lines above the table: device, split, upload rate, ceilings (when measured), bytes/token.
 void print_preamble(const cuda_load_stats& ls, const std::string& split_text, const device_ceilings* ceil,
-                    uint64_t bytes_per_token, uint64_t state_bytes_per_token) {
+                    uint64_t bytes_per_token, uint64_t state_bytes_per_token, uint64_t kv_bytes_per_key,
+                    int test_width) {
   std::printf("device: %s\n", ls.device_name.c_str());
   std::printf("split: %s\n", split_text.c_str());
   std::printf("upload: %.2f GB in %.2f s (%.2f GB/s through pinned staging)\n", ls.bytes / 1e9, ls.seconds,
@@ -176,27 +209,153 @@ void print_preamble(const cuda_load_stats& ls, const std::string& split_text, co
     std::printf("ceilings: copy %.0f GB/s (read+write, %zu MiB buffer), cuBLAS fp16 GEMM %.0f TFLOP/s (%d^3)\n",
                 ceil->copy_gbps, ceil->copy_bytes >> 20, ceil->gemm_tflops, ceil->gemm_size);
   if (state_bytes_per_token > 0)
-    std::printf("decode reads %.3f GB of weights and reads + writes %.3f GB of recurrent state per token\n\n",
+    std::printf("decode reads %.3f GB of weights and reads + writes %.3f GB of recurrent state per token",
                 bytes_per_token / 1e9, state_bytes_per_token / 1e9);
   else
-    std::printf("decode reads %.3f GB of weights per token\n\n", bytes_per_token / 1e9);
-  std::printf("| %-28s | %13s | %10s | %-7s | %-4s | %7s | %20s | %-19s |\n", "model", "size", "params", "backend",
-              "kv", "test", "t/s", "of ceiling");
+    std::printf("decode reads %.3f GB of weights per token", bytes_per_token / 1e9);
+  std::printf(", plus %.1f KiB of K/V per token of context\n\n", kv_bytes_per_key / 1024.0);
+  const int w = test_width;
+  std::printf("| %-28s | %13s | %10s | %-7s | %-4s | %*s | %20s | %-19s |\n", "model", "size", "params", "backend",
+              "kv", w, "test", "t/s", "of ceiling");
   std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(15, '-').c_str(),
               std::string(12, '-').c_str(), std::string(9, '-').c_str(), std::string(6, '-').c_str(),
-              std::string(9, '-').c_str(), std::string(22, '-').c_str(), std::string(21, '-').c_str());
+              std::string(size_t(w) + 2, '-').c_str(), std::string(22, '-').c_str(), std::string(21, '-').c_str());
+}
+
+// The table's rows and the JSON results, as the tests add them.
+struct bench_table {
+  std::string name, kv;
+  uint64_t file_bytes = 0, params = 0;
+  int test_width = 7;
+  std::vector<std::string> lines;
+  nlohmann::json results = nlohmann::json::array();
+
+  // frac < 0: the ceiling was not measured (--no-ceilings); the column then says so.
+  void add(const std::string& test, int depth, const std::vector<double>& tps, double frac, const char* frac_of) {
+    const auto st = stats_of(tps);
+    char share[32], buf[512];
+    if (frac >= 0) std::snprintf(share, sizeof share, "%5.1f%% of %-9s", 100 * frac, frac_of);
+    else std::snprintf(share, sizeof share, "%-19s", "(no ceiling)");
+    std::snprintf(buf, sizeof buf, "| %-28s | %9.2f GiB | %8.2f B | %-7s | %-4s | %*s | %10.2f ± %-7.2f | %s |",
+                  name.substr(0, 28).c_str(), double(file_bytes) / (1ull << 30), double(params) / 1e9, "CUDA",
+                  kv.c_str(), test_width, test.c_str(), st.mean, st.sd, share);
+    lines.push_back(buf);
+    results.push_back({{"model", name}, {"size_bytes", file_bytes}, {"params", params}, {"backend", "CUDA"},
+                       {"kv_type", kv}, {"test", test}, {"depth", depth}, {"t_per_s", st.mean},
+                       {"t_per_s_sd", st.sd}, {"samples", tps},
+                       {"ceiling_fraction", frac >= 0 ? nlohmann::json(frac) : nlohmann::json(nullptr)},
+                       {"ceiling", frac_of}});
+  }
+};
+
+// Bytes of K and V one decode step reads per token of context: every attention layer's kv heads.
+uint64_t kv_bytes_per_key(const hparams& hp, ggml_type kv_type) {
+  const uint64_t row = row_bytes(kv_type, hp.head_dim).value_or(0);
+  return 2 * uint64_t{hp.n_attention_layers()} * hp.n_head_kv * row;
+}
+
+// FLOPs of an n-token prefill on top of depth tokens. Causal attention: token i (position depth+i)
+// runs Q·Kᵀ and P·V over depth+i+1 keys per head and attention layer, 4·head_dim FLOPs per key.
+// The DeltaNet rule: per token, head and state element a decay, Sᵀk, the update and Sᵀq (about 8).
+double prefill_flops(const hparams& hp, uint64_t matrix_params, int depth, int n) {
+  const double keys = double(n) * depth + double(n) * (n + 1) / 2;
+  const delta_net_shape dn = delta_net_of(hp);
+  return 2.0 * double(matrix_params) * n + 4.0 * hp.n_attention_layers() * double(hp.n_head) * hp.head_dim * keys +
+         8.0 * hp.n_delta_net_layers() * double(dn.ssm_state_floats()) * n;
+}
+
+// What the tests of one run share.
+struct bench_run {
+  const bench_options& o;
+  const model_desc& d;
+  cuda_backend_api& be;
+  kv_cache& cache;
+  const device_ceilings& ceil;
+  uint64_t matrix_params = 0;
+  bench_table& table;
+  cuda_step_profile& profile;
+  std::vector<std::string> profile_lines;
+  nlohmann::json profiles = nlohmann::json::object();
+};
+
+void run_prompt_test(bench_run& r, int depth, int p) {
+  run_prefill(r.be, r.cache, depth, p, r.o.ubatch, 1);  // warm-up: cuBLAS heuristics, buffer growth
+  std::vector<double> tps;
+  for (int i = 0; i < r.o.reps; ++i) tps.push_back(p / run_prefill(r.be, r.cache, depth, p, r.o.ubatch, 2 + i));
+  const double rate = prefill_flops(r.d.hp, r.matrix_params, depth, p) / (p / stats_of(tps).mean) / 1e12;
+  r.table.add(test_name("pp", p, depth), depth, tps, r.ceil.gemm_tflops > 0 ? rate / r.ceil.gemm_tflops : -1,
+              "fp16 GEMM");
+}
+
+void run_gen_test(bench_run& r, int depth, int n) {
+  run_decode(r.be, r.cache, depth, std::min(n, 8), 7);
+  r.profile.reset();
+  std::vector<double> tps;
+  for (int i = 0; i < r.o.reps; ++i) tps.push_back(n / run_decode(r.be, r.cache, depth, n, 11 + i));
+  const std::string test = test_name("tg", n, depth);
+  if (r.o.profile) profile_report(r.profile, test, int64_t(n) * r.o.reps, r.profile_lines, r.profiles);
+  // Step i attends to depth + i + 1 keys: on average depth + (n + 1) / 2 K/V rows per token.
+  const double kv = double(kv_bytes_per_key(r.d.hp, r.cache.config().type)) * (depth + (n + 1) / 2.0);
+  const double bytes = double(r.be.weight_bytes_per_token() + r.be.state_bytes_per_token()) + kv;
+  const double gbps = bytes * stats_of(tps).mean / 1e9;
+  r.table.add(test, depth, tps, r.ceil.copy_gbps > 0 ? gbps / r.ceil.copy_gbps : -1, "copy BW");
+}
+
+// Every test at one depth: the depth's tokens prefilled untimed, in ubatch chunks, and
+// checkpointed, so each repetition starts from the same cache.
+void run_depth(bench_run& r, int depth) {
+  r.cache.clear(0);
+  if (depth > 0) {
+    const double s = prefill_chunks(r.be, r.cache, 0, depth, r.o.ubatch, 100 + uint32_t(depth));
+    if (auto c = r.cache.checkpoint(0); !c) fail(c.message());
+    std::fprintf(stderr, "depth %d: prefilled in %.2f s\n", depth, s);
+  }
+  for (int p : r.o.prompt) run_prompt_test(r, depth, p);
+  for (int n : r.o.gen) run_gen_test(r, depth, n);
+}
+
+// The cache holds the deepest depth plus the longest test.
+kv_cache_config cache_config(const bench_options& o) {
+  int longest = 1, deepest = 0;
+  for (int p : o.prompt) longest = std::max(longest, p);
+  for (int n : o.gen) longest = std::max(longest, n + 1);
+  for (int dd : o.depth) deepest = std::max(deepest, dd);
+  kv_cache_config cfg;
+  cfg.n_ctx = uint32_t(deepest) + uint32_t(longest);
+  cfg.type = o.kv == "q8_0" ? ggml_type::q8_0 : o.kv == "f32" ? ggml_type::f32 : ggml_type::f16;
+  return cfg;
+}
+
+// The widest test name, so the column lines up.
+int test_width(const bench_options& o) {
+  size_t w = 7;
+  for (int dd : o.depth) {
+    for (int p : o.prompt) w = std::max(w, test_name("pp", p, dd).size());
+    for (int n : o.gen) w = std::max(w, test_name("tg", n, dd).size());
+  }
+  return int(w);
+}
+
+void print_json(const bench_options& o, const cuda_load_stats& ls, const std::string& split_text,
+                const device_ceilings& ceil, cuda_backend_api& be, uint64_t kv_per_key, const bench_run& r) {
+  nlohmann::json j = {{"device", ls.device_name},
+                      {"split", split_text},
+                      {"upload", {{"bytes", ls.bytes}, {"seconds", ls.seconds}, {"gb_per_s", ls.bytes / ls.seconds / 1e9}}},
+                      {"ceilings", {{"copy_gb_per_s", ceil.copy_gbps}, {"gemm_fp16_tflops", ceil.gemm_tflops}}},
+                      {"ubatch", o.ubatch},
+                      {"weight_bytes_per_token", be.weight_bytes_per_token()},
+                      {"state_bytes_per_token", be.state_bytes_per_token()},
+                      {"kv_bytes_per_context_token", kv_per_key},
+                      {"results", r.table.results}};
+  if (o.profile) j["profile"] = r.profiles;
+  std::printf("%s\n", j.dump(2).c_str());
 }
 
 void run_bench(const bench_options& o) {
   auto lm = load_model(o.model);
   if (!lm) fail(lm.message());
   const model_desc& d = lm->desc;
-  int max_ctx = 1;
-  for (int p : o.prompt) max_ctx = std::max(max_ctx, p);
-  for (int n : o.gen) max_ctx = std::max(max_ctx, n + 1);
-  kv_cache_config cfg;
-  cfg.n_ctx = uint32_t(max_ctx);
-  cfg.type = o.kv == "q8_0" ? ggml_type::q8_0 : o.kv == "f32" ? ggml_type::f32 : ggml_type::f16;
+  const kv_cache_config cfg = cache_config(o);
 
   std::string split_text;
   int first_device = o.device;
@@ -211,73 +370,23 @@ void run_bench(const bench_options& o) {
     ceil = *c;
   }
   const model_counts mc = count_model(d);
-  const uint64_t file_bytes = mc.file_bytes, params = mc.params, matrix_params = mc.matrix_params;
-
   auto cache = be->make_cache(cfg);
   if (!cache) fail(cache.message());
 
-  const std::string name = std::filesystem::path(o.model).filename().string();
-  const auto& hp = d.hp;
-  nlohmann::json results = nlohmann::json::array();
-  std::vector<std::string> lines;
-  char buf[512];
-  // frac < 0: the ceiling was not measured (--no-ceilings); the column then says so.
-  auto row = [&](const std::string& test, const std::vector<double>& tps, double frac, const char* frac_of) {
-    const auto st = stats_of(tps);
-    char share[32];
-    if (frac >= 0) std::snprintf(share, sizeof share, "%5.1f%% of %-9s", 100 * frac, frac_of);
-    else std::snprintf(share, sizeof share, "%-19s", "(no ceiling)");
-    std::snprintf(buf, sizeof buf, "| %-28s | %9.2f GiB | %8.2f B | %-7s | %-4s | %7s | %10.2f ± %-7.2f | %s |",
-                  name.substr(0, 28).c_str(), double(file_bytes) / (1ull << 30), double(params) / 1e9, "CUDA",
-                  o.kv.c_str(), test.c_str(), st.mean, st.sd, share);
-    lines.push_back(buf);
-    results.push_back({{"model", name}, {"size_bytes", file_bytes}, {"params", params}, {"backend", "CUDA"},
-                       {"kv_type", o.kv}, {"test", test}, {"t_per_s", st.mean}, {"t_per_s_sd", st.sd}, {"samples", tps},
-                       {"ceiling_fraction", frac >= 0 ? nlohmann::json(frac) : nlohmann::json(nullptr)},
-                       {"ceiling", frac_of}});
-  };
-  for (int p : o.prompt) {
-    run_prefill(*be, **cache, p, 1);  // warm-up: cuBLAS heuristics, buffer growth
-    std::vector<double> tps;
-    for (int r = 0; r < o.reps; ++r) tps.push_back(p / run_prefill(*be, **cache, p, 2 + r));
-    // Causal attention: Q·Kᵀ and P·V over p²/2 pairs per head and attention layer. The DeltaNet
-    // rule: per token, head and state element a decay, Sᵀk, the update and Sᵀq (about 8 FLOPs).
-    const delta_net_shape dn = delta_net_of(hp);
-    const double flops = 2.0 * double(matrix_params) * p +
-                         4.0 * hp.n_attention_layers() * double(hp.n_head) * hp.head_dim * double(p) * p / 2 +
-                         8.0 * hp.n_delta_net_layers() * double(dn.ssm_state_floats()) * p;
-    const double rate = flops / (p / stats_of(tps).mean) / 1e12;
-    row("pp" + std::to_string(p), tps, ceil.gemm_tflops > 0 ? rate / ceil.gemm_tflops : -1, "fp16 GEMM");
-  }
-  std::vector<std::string> profile_lines;
-  nlohmann::json profiles = nlohmann::json::object();
-  for (int n : o.gen) {
-    run_decode(*be, **cache, std::min(n, 8), 7);
-    profile.reset();
-    std::vector<double> tps;
-    for (int r = 0; r < o.reps; ++r) tps.push_back(n / run_decode(*be, **cache, n, 11 + r));
-    if (o.profile) profile_report(profile, "tg" + std::to_string(n), int64_t(n) * o.reps, profile_lines, profiles);
-    const double bytes = double(be->weight_bytes_per_token() + be->state_bytes_per_token());
-    const double gbps = bytes * stats_of(tps).mean / 1e9;
-    row("tg" + std::to_string(n), tps, ceil.copy_gbps > 0 ? gbps / ceil.copy_gbps : -1, "copy BW");
-  }
+  bench_table table;
+  table.name = std::filesystem::path(o.model).filename().string();
+  table.kv = o.kv;
+  table.file_bytes = mc.file_bytes, table.params = mc.params;
+  table.test_width = test_width(o);
+  bench_run r{o, d, *be, **cache, ceil, mc.matrix_params, table, profile, {}, nlohmann::json::object()};
+  for (int depth : o.depth) run_depth(r, depth);
 
-  if (o.json) {
-    nlohmann::json j = {{"device", ls.device_name},
-                        {"split", split_text},
-                        {"upload", {{"bytes", ls.bytes}, {"seconds", ls.seconds}, {"gb_per_s", ls.bytes / ls.seconds / 1e9}}},
-                        {"ceilings", {{"copy_gb_per_s", ceil.copy_gbps}, {"gemm_fp16_tflops", ceil.gemm_tflops}}},
-                        {"weight_bytes_per_token", be->weight_bytes_per_token()},
-                        {"state_bytes_per_token", be->state_bytes_per_token()},
-                        {"results", results}};
-    if (o.profile) j["profile"] = profiles;
-    std::printf("%s\n", j.dump(2).c_str());
-    return;
-  }
+  const uint64_t kv_per_key = kv_bytes_per_key(d.hp, cfg.type);
+  if (o.json) return print_json(o, ls, split_text, ceil, *be, kv_per_key, r);
   print_preamble(ls, split_text, o.no_ceilings ? nullptr : &ceil, be->weight_bytes_per_token(),
-                 be->state_bytes_per_token());
-  for (const auto& l : lines) std::printf("%s\n", l.c_str());
-  for (const auto& l : profile_lines) std::printf("%s\n", l.c_str());
+                 be->state_bytes_per_token(), kv_per_key, table.test_width);
+  for (const auto& l : table.lines) std::printf("%s\n", l.c_str());
+  for (const auto& l : r.profile_lines) std::printf("%s\n", l.c_str());
 }
 
 #else
@@ -292,8 +401,26 @@ void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<bench_options>();
   auto* cmd = app.add_subcommand("bench", "Prefill and decode throughput on the CUDA backend");
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
-  cmd->add_option("-p,--prompt", o->prompt, "Prefill sizes (ppN tests), comma separated")->delimiter(',');
-  cmd->add_option("-n,--gen", o->gen, "Decode lengths (tgN tests), comma separated")->delimiter(',');
+  cmd->add_option("-p,--prompt", o->prompt, "Prefill sizes (ppN tests), comma separated")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("-n,--gen", o->gen, "Decode lengths (tgN tests), comma separated")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("-d,--depth", o->depth,
+                  "Context depths, comma separated (as llama-bench -d): at depth D, D tokens are prefilled "
+                  "untimed (in --ubatch chunks) before the tests, ppN then prefills positions D..D+N-1 and tgN "
+                  "decodes from position D, both attending to those D tokens; the test column says e.g. "
+                  "\"pp2048 @ d16384\". Default 0 (an empty cache)")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-u,--ubatch", o->ubatch,
+                  "Most tokens per prefill forward: longer prompts and depths go in chunks of this many, each "
+                  "attending to the cache the previous chunks wrote, so a 64k prompt needs no 64k-token "
+                  "activations; ppN is N over the time of all its chunks. Default 2048, not llama-bench's 512: "
+                  "the reference figures this bench is compared with were taken with batch 2048, and "
+                  "2048-token GEMMs run nearer the fp16 ceiling")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("-r,--reps", o->reps, "Timed repetitions per test (after one warm-up)")->check(CLI::PositiveNumber);
   cmd->add_option("--device", o->device, "CUDA device index");
   cmd->add_option("--devices", o->devices,

@@ -20,10 +20,8 @@ namespace {
 constexpr uint64_t k_matrix_align = 256;           // cuda_weights.cpp k_align
 constexpr uint64_t k_vector_align_floats = 64;     // the same 256 bytes, in floats
 constexpr uint64_t k_weight_tile_elems = 64ull << 20;   // cuda_backend.cpp k_weight_tile_elems
-constexpr uint64_t k_attention_budget = 256ull << 20;   // cuda_backend.cpp k_attention_budget
-constexpr uint32_t k_gemm_attention_min = 16;           // cuda_backend.cpp k_gemm_attention_min
-constexpr uint64_t k_paged_pairs_max = 1024;            // attention(): pairs cap
-constexpr uint64_t k_paged_splits = 32;                 // attention(): splits the work is sized for
+constexpr uint64_t k_paged_max_splits = 128;    // kernels/attention.h: splits of one (token, head) at most
+constexpr uint64_t k_paged_split_slots = 32768;  // kernels/attention.h: split partials per launch at most
 constexpr uint64_t k_max_kv_slots = 0x7fffffffull;      // normalize_kv_config's limit
 constexpr uint64_t k_block_bucket = 32;                 // make_plan(): block-table width rounding
 constexpr uint64_t k_matvec_tokens = 8;                 // kernels/matvec.h k_matvec_max_tokens
@@ -205,32 +203,6 @@ status add_layer(const model_desc& desc, uint32_t il, const device_share& s, pla
   return w.matrix(l.ffn_down, fcols, s.ffn_begin, s.ffn_end);
 }
 
-// Largest scores buffer of the GEMM attention path: attention_gemm() sizes it for grp heads ×
-// tc query rows × n_kv keys, tc chosen to fit the budget; ensure() keeps the largest request.
-uint64_t gemm_scores_at(uint64_t grp, uint64_t n_batch, uint64_t n_kv) {
-  const uint64_t run = std::min(n_batch, n_kv);  // a run never holds more tokens than keys
-  const uint64_t per_row = grp * n_kv * (sizeof(float) + sizeof(uint16_t));
-  return grp * std::clamp<uint64_t>(k_attention_budget / per_row, 1, run) * n_kv;
-}
-
-uint64_t gemm_scores_floats(uint64_t grp, uint64_t n_batch, uint64_t n_ctx) {
-  constexpr uint64_t k_scan = 1u << 20;
-  uint64_t best = 0;
-  for (uint64_t n_kv = k_gemm_attention_min; n_kv <= std::min(n_ctx, k_scan); ++n_kv)
-    best = std::max(best, gemm_scores_at(grp, n_batch, n_kv));
-  // Past the scan n_kv > n_batch, so tc only depends on budget / per_row: within a stretch of
-  // equal tc the size grows with n_kv, so only each stretch's last n_kv (and n_ctx) can be largest.
-  if (n_ctx > k_scan) {
-    best = std::max(best, gemm_scores_at(grp, n_batch, n_ctx));
-    for (uint64_t tc = 1;; ++tc) {
-      const uint64_t end = k_attention_budget / (grp * (sizeof(float) + sizeof(uint16_t)) * tc);
-      if (end <= k_scan) break;
-      if (end <= n_ctx) best = std::max(best, gemm_scores_at(grp, n_batch, end));
-    }
-  }
-  return best;
-}
-
 // kernels/matvec.cu matvec_work_bytes: the int8 copy of x (16-byte padded) and its block scales.
 uint64_t matvec_work_bytes(uint64_t n_in, uint64_t n_tok) {
   return (n_in * n_tok + 15) / 16 * 16 + (n_in + 31) / 32 * n_tok * 8;
@@ -320,8 +292,8 @@ uint64_t activation_bytes(const model_desc& desc, const plan_options& opt, const
   return act;
 }
 
-// The fp16 weight tile, the mat-vec's int8 x, the GEMM attention's buffers (allocated on first
-// use: devices with attention layers) and the paged attention's partials (allocated by prepare).
+// The fp16 weight tile, the mat-vec's int8 x and the paged attention's partials (allocated by
+// prepare). Prefill attention (the flash kernel) works in shared memory: no buffer of its own.
 uint64_t workspace_bytes(const model_desc& desc, const plan_options& opt, const share_dims& d, uint64_t largest,
                          const std::function<uint64_t(uint64_t)>& alloc) {
   const auto& hp = desc.hp;
@@ -329,14 +301,7 @@ uint64_t workspace_bytes(const model_desc& desc, const plan_options& opt, const 
   uint64_t ws = alloc(std::min(largest, k_weight_tile_elems) * sizeof(uint16_t));
   ws += alloc(matvec_work_bytes(std::max({E, d.QD, d.F, d.V}), std::min(T, k_matvec_tokens)));  // matvec_work_
   if (d.q_heads == 0) return ws;
-  const uint64_t grp = hp.n_head / hp.n_head_kv;
-  if (d.n_attn && T >= k_gemm_attention_min && opt.n_ctx >= k_gemm_attention_min) {
-    ws += 2 * alloc(d.kv_heads * opt.n_ctx * D * 2);                     // kh_, vh_
-    ws += alloc(d.q_heads * std::min<uint64_t>(T, opt.n_ctx) * D * 2);  // qh_
-    const uint64_t sf = gemm_scores_floats(grp, T, opt.n_ctx);
-    ws += alloc(sf * sizeof(float)) + alloc(sf * sizeof(uint16_t));  // scores_, probs_
-  }
-  ws += alloc(std::min(T * d.q_heads, k_paged_pairs_max) * k_paged_splits * (D + 2) * sizeof(float));
+  ws += alloc(std::min(T * d.q_heads * k_paged_max_splits, k_paged_split_slots) * (D + 2) * sizeof(float));
   return ws;
 }
 

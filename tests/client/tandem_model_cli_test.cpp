@@ -360,6 +360,23 @@ TEST_F(TandemModel, LayerSplitOverMissingGpusIsAnError) {
   EXPECT_TRUE(has(r.err, "no CUDA backend") || has(r.err, "--split none")) << r.err;
 }
 
+// bench's depth and ubatch options: documented in --help, checked before any model is loaded
+// (bad usage exits 2), and accepted as comma lists (a CPU build then fails for want of CUDA; a
+// CUDA build for want of the model file).
+TEST_F(TandemModel, BenchDepthAndUbatchOptions) {
+  run_result r = run("bench --help");
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* opt : {"--depth", "--ubatch", "pp2048 @ d16384", "2048"}) EXPECT_TRUE(has(r.out, opt)) << opt;
+  const std::string missing = path("missing.gguf");
+  for (const char* bad : {"--ubatch 0", "--ubatch -4", "--depth 0,-1", "--depth x", "-p 0", "-n 0,128"}) {
+    r = run("bench -m " + missing + " " + bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.err;
+  }
+  r = run("bench -m " + missing + " -d 0,512 -u 256 -p 64 -n 4 -r 1");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(has(r.err, "CUDA") || has(r.err, "missing.gguf")) << r.err;
+}
+
 // The 6 GB qwen3-8b Q6_K check is too slow for CI; set TANDEM_SLOW_TESTS=1 to run it.
 TEST_F(TandemModel, Qwen3_8B_Q6K_ExactSize) {
   if (!std::getenv("TANDEM_SLOW_TESTS")) GTEST_SKIP() << "set TANDEM_SLOW_TESTS=1";

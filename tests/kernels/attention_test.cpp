@@ -1,6 +1,6 @@
 // KV cache kernels on a Q8_0 (and f16) cache against the CPU reference on random inputs: the
-// stored bytes equal quantize_kv_row's, paged attention matches attend_head, the fp16 gather matches
-// dequantize_row. Skips without a CUDA device.
+// stored bytes equal quantize_kv_row's, paged attention matches attend_head. Skips without a CUDA
+// device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/ops.h"
@@ -115,6 +116,122 @@ paged_cache make_cache(ggml_type t, int D, uint32_t seed) {
   return c;
 }
 
+// The split rule of the decode kernel, on the host: short caches keep the rule decode was tuned
+// on (64 keys a split, about 2048 blocks, at most 32 splits), deep ones are cut into runs of 256
+// keys up to k_paged_max_splits and k_paged_split_slots partials, and the workspace bounds both.
+TEST(paged_attention, split_count_scales_with_depth) {
+  const auto old_rule = [](int64_t pairs, int64_t kv) {
+    return pairs >= 1024 ? int64_t{1} : std::max<int64_t>(1, std::min<int64_t>({(kv + 63) / 64, 2048 / pairs + 1, 32}));
+  };
+  const int D = 128;
+  for (int n_head : {8, 24, 32, 64})
+    for (int n_tok : {1, 2, 4, 16, 40})
+      for (int kv : {1, 63, 64, 65, 300, 2048, 4096, 8192}) {
+        const size_t work = paged_attention_step_work_floats(n_tok, n_head, D);
+        EXPECT_EQ(paged_attention_splits(n_tok, n_head, D, kv, work), old_rule(int64_t(n_tok) * n_head, kv))
+            << n_tok << " x " << n_head << " heads, " << kv << " keys";
+      }
+  const size_t step8 = paged_attention_step_work_floats(1, 8, D);
+  EXPECT_EQ(step8, paged_attention_work_floats(1, 8, D, k_paged_max_splits));
+  EXPECT_EQ(paged_attention_splits(1, 8, D, 8448, step8), 33);
+  EXPECT_EQ(paged_attention_splits(1, 8, D, 20224, step8), 79);
+  EXPECT_EQ(paged_attention_splits(1, 8, D, 65536, step8), k_paged_max_splits);
+  EXPECT_EQ(paged_attention_splits(1, 8, D, 1 << 20, step8), k_paged_max_splits);
+  // Many pairs: the partial slots cap the splits; 1024 pairs or more take none.
+  EXPECT_EQ(paged_attention_splits(8, 64, D, 65536, paged_attention_step_work_floats(8, 64, D)),
+            k_paged_split_slots / 512);
+  EXPECT_EQ(paged_attention_splits(16, 64, D, 65536, paged_attention_step_work_floats(16, 64, D)), 1);
+  EXPECT_EQ(paged_attention_step_work_floats(64, 64, D), paged_attention_work_floats(1, k_paged_split_slots, D, 1));
+  // The workspace bounds the splits: the 32-split one of before, none, or one split's worth.
+  EXPECT_EQ(paged_attention_splits(1, 8, D, 20224, paged_attention_work_floats(1, 8, D, 32)), 32);
+  EXPECT_EQ(paged_attention_splits(1, 8, D, 20224, 0), 1);
+  EXPECT_EQ(paged_attention_splits(1, 8, D, 20224, paged_attention_work_floats(1, 8, D, 1)), 1);
+}
+
+// A cache of n_kv keys for one sequence (block table shuffled), 8 query heads over 2 KV heads.
+paged_cache make_deep_cache(ggml_type t, int D, int n_kv, uint32_t seed) {
+  const int bs = 16, n_blocks = (n_kv + bs - 1) / bs;
+  paged_cache c{D, 8, 2, bs, n_blocks, {}, {}, {}, *row_bytes(t, D)};
+  c.table.resize(n_blocks);
+  std::iota(c.table.begin(), c.table.end(), 0);
+  std::shuffle(c.table.begin(), c.table.end(), std::mt19937(seed));
+  const size_t rows = size_t(n_blocks) * bs * c.Hkv;
+  const auto kf = kv_values(rows * D, seed + 1), vf = kv_values(rows * D, seed + 2);
+  c.k.resize(rows * c.rb);
+  c.v.resize(rows * c.rb);
+  for (size_t r = 0; r < rows; ++r) {
+    quantize_kv_row(t, kf.data() + r * D, c.k.data() + r * c.rb, D);
+    quantize_kv_row(t, vf.data() + r * D, c.v.data() + r * c.rb, D);
+  }
+  return c;
+}
+
+// Decode at depth: 20000 keys split into runs of 256 (79 splits, past the old cap of 32), and the
+// same with a 32-split workspace, against attend_head, f16 and Q8_0 caches, head_dim 128 and 256.
+// Tokens at 20000, 15001, 8300 and 64 keys (and one skipped) take 79, 59, 33 and 1 splits of the
+// launch's grid. attend_head sums 20000 floats in order, so 5e-4 (relative to max(1, |ref|)).
+TEST(paged_attention, deep_cache_splits_match_attend_head) {
+  REQUIRE_GPU();
+  const int n_kv = 20000, max_kv = 20224;  // max_kv rounded up as the backend's 256-key buckets
+  const std::vector<int32_t> pos = {n_kv - 1, 15000, 8299, 63, -1};
+  const int T = int(pos.size());
+  for (ggml_type type : {ggml_type::f16, ggml_type::q8_0}) {
+    for (int D : {128, 256}) {
+      const auto c = make_deep_cache(type, D, max_kv, 90 + D);
+      std::mt19937 rng(D);
+      std::uniform_real_distribution<float> u(-1.f, 1.f);
+      std::vector<float> q(size_t(T) * c.Hq * D);
+      for (auto& x : q) x = u(rng) * 0.01f;
+      // The CPU reference per (token, head).
+      std::vector<float> ref(q.size(), 0.f), scores(n_kv), tmp(D);
+      std::vector<const uint8_t*> kr, vr;
+      const float scale = 1.f / std::sqrt(float(D));
+      for (int t = 0; t < T; ++t) {
+        if (pos[t] < 0) continue;
+        for (int h = 0; h < c.Hq; ++h) {
+          kr.clear(), vr.clear();
+          for (int j = 0; j <= pos[t]; ++j) {
+            const size_t row = (size_t(c.table[j / c.bs]) * c.bs + j % c.bs) * c.Hkv + h / (c.Hq / c.Hkv);
+            kr.push_back(c.k.data() + row * c.rb), vr.push_back(c.v.data() + row * c.rb);
+          }
+          const size_t o = (size_t(t) * c.Hq + h) * D;
+          attend_head(q.data() + o, kr.data(), vr.data(), type, pos[t] + 1, D, scale, scores.data(), tmp.data(),
+                      ref.data() + o);
+        }
+      }
+      dev<uint8_t> dk(c.k), dv(c.v);
+      dev<float> dq(q), dout(q.size());
+      dev<int32_t> dtab(c.table), dtt(std::vector<int32_t>(T, 0)), dpos(pos);
+      paged_attention_args a;
+      a.q = dq.p, a.k_cache = dk.p, a.v_cache = dv.p, a.cache_type = type, a.out = dout.p;
+      a.block_tables = dtab.p, a.tok_table = dtt.p, a.tok_pos = dpos.p;
+      a.n_tok = T, a.n_head = c.Hq, a.n_head_kv = c.Hkv, a.head_dim = D, a.block_size = c.bs;
+      a.max_blocks = c.n_blocks, a.max_kv = max_kv, a.scale = scale;
+      for (int splits : {79, 32}) {
+        dev<float> work(splits == 32 ? paged_attention_work_floats(T, c.Hq, D, 32)
+                                     : paged_attention_step_work_floats(T, c.Hq, D),
+                        0);  // counters start at 0
+        ASSERT_EQ(paged_attention_splits(T, c.Hq, D, max_kv, work.n), splits);
+        // Twice: the first launch must leave the arrival counters zero for the second.
+        for (int rep = 0; rep < 2; ++rep) {
+          ASSERT_EQ(launch_paged_attention(a, work.p, work.n, nullptr), cudaSuccess);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          const auto got = dout.host();
+          double worst = 0;
+          for (int t = 0; t < T; ++t) {
+            if (pos[t] < 0) continue;
+            for (size_t i = size_t(t) * c.Hq * D; i < size_t(t + 1) * c.Hq * D; ++i)
+              worst = std::max(worst, double(std::fabs(got[i] - ref[i])) / std::max(1.f, std::fabs(ref[i])));
+          }
+          std::printf("%s paged attention D %d, %d keys, %d splits, launch %d: worst relative error %.3g\n",
+                      std::string(type_name(type)).c_str(), D, n_kv, splits, rep, worst);
+          EXPECT_LE(worst, 5e-4) << type_name(type) << " D " << D << " splits " << splits;
+        }
+      }
+    }
+  }
+}
+
 // Paged attention over a Q8_0 cache (shuffled block table, GQA, with and without splits) vs
 // attend_head on the same blocks. Both dequantize to the same float values; only the summation
 // order and exp differ: 5e-5 absolute on outputs of size ~1 (some rows reach ~300).
@@ -161,32 +278,6 @@ TEST(paged_attention, q8_0_cache_matches_attend_head) {
       }
       std::printf("q8_0 paged attention D %d split %d: worst relative error %.3g\n", D, int(split), worst);
       EXPECT_LE(worst, 5e-5) << "D " << D << " split " << split;
-    }
-  }
-}
-
-// The fp16 gather of a Q8_0 (and f16) cache is dequantize_row rounded to fp16, exactly.
-TEST(gather_kv, q8_0_and_f16_equal_dequantize_row) {
-  REQUIRE_GPU();
-  for (ggml_type t : {ggml_type::q8_0, ggml_type::f16}) {
-    for (int D : {64, 128}) {
-      const auto c = make_cache(t, D, 40 + D);
-      const int n_kv = 300;
-      dev<uint8_t> dk(c.k);
-      dev<int32_t> dtab(c.table);
-      dev<uint16_t> out(size_t(c.Hkv) * n_kv * D);
-      ASSERT_EQ(launch_gather_kv_f16(dk.p, t, dtab.p, c.bs, n_kv, c.Hkv, D, out.p, nullptr), cudaSuccess);
-      const auto got = out.host();
-      std::vector<float> f(D);
-      std::vector<uint16_t> ref(D);
-      for (int h = 0; h < c.Hkv; ++h)
-        for (int j = 0; j < n_kv; ++j) {
-          const size_t row = (size_t(c.table[j / c.bs]) * c.bs + j % c.bs) * c.Hkv + h;
-          dequantize_row(t, c.k.data() + row * c.rb, f.data(), D);
-          quantize_row(ggml_type::f16, f.data(), ref.data(), D);
-          ASSERT_EQ(0, std::memcmp(got.data() + (size_t(h) * n_kv + j) * D, ref.data(), D * 2))
-              << type_name(t) << " D " << D << " h " << h << " j " << j;
-        }
     }
   }
 }

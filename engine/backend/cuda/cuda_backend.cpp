@@ -1,8 +1,8 @@
 // CUDA forward pass for the llama / qwen2 / qwen3 / qwen35 family on one GPU, mirroring the CPU
 // reference (backend/cpu/cpu_backend.cpp) op for op. Decode-sized batches use the quantized mat-vec
 // kernels; larger ones dequantize weight tiles to fp16 and run cuBLAS GEMMs. Attention: long runs
-// of one sequence's tokens go through cuBLAS (Q·Kᵀ, causal softmax, P·V); the rest through the
-// split-K paged kernel. qwen35's DeltaNet layers are in cuda_hybrid_block.cpp.
+// of one sequence's tokens go through the flash-attention kernel (no n² score buffer); the rest
+// through the split-K paged kernel. qwen35's DeltaNet layers are in cuda_hybrid_block.cpp.
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -14,13 +14,13 @@
 #include "kernels/attention.h"
 #include "kernels/cuda_check.h"
 #include "kernels/dequant.h"
+#include "kernels/flash_attention.h"
 #include "kernels/layer_ops.h"
 #include "kernels/matvec.h"
 
 namespace tandem {
 namespace {
 
-constexpr size_t k_attention_budget = 256ull << 20;  // scores + probabilities of one GEMM chunk
 constexpr int64_t k_weight_tile_elems = 64ll << 20;  // fp16 weight elements dequantized at once
 
 }  // namespace
@@ -152,10 +152,11 @@ status cuda_backend::prepare(const batch& b, const kv_cache& book) {
   // The previous forward ended with a stream sync, so the pinned buffer is free to refill; the
   // step (graph or not) copies it to the device as its first operation.
   std::memcpy(ints_host_.get(), plan_.ints.data(), int_bytes);
-  // The paged attention's split workspace (splits are only used when there are few (token, head)
-  // pairs: sized for that case). Its arrival counters must start at zero; launches leave them so.
-  const int pairs = std::min<int>(plan_.n_tok * int(hp_.n_head), 1024);
-  const size_t attn_bytes = paged_attention_work_floats(1, pairs, int(hp_.head_dim), 32) * sizeof(float);
+  // The paged attention's split workspace: room for every split this step's tokens would take
+  // (deep caches split further; capped in partials). Its arrival counters must start at zero;
+  // launches leave them so.
+  const size_t attn_bytes =
+      paged_attention_step_work_floats(plan_.n_tok, int(hp_.n_head), int(hp_.head_dim)) * sizeof(float);
   if (attn_bytes > attn_work_.size()) {
     TANDEM_TRY(attn_work_.alloc(attn_bytes));
     TANDEM_CUDA_TRY(cudaMemsetAsync(attn_work_.get(), 0, attn_bytes, ctx_->stream()));
@@ -164,7 +165,7 @@ status cuda_backend::prepare(const batch& b, const kv_cache& book) {
 }
 
 status cuda_backend::launch_step(cuda_kv_cache& cache, bool argmax) {
-  // Decode-sized steps without GEMM attention are the repeated ones worth a graph.
+  // Decode-sized steps without prefill runs (flash attention) are the repeated ones worth a graph.
   if (use_graphs_ && plan_.n_tok <= k_matvec_max_tokens && plan_.runs.empty())
     return graphs_.run(step_key(cache, argmax), ctx_->stream(), [&] { return enqueue(cache, argmax); });
   return enqueue(cache, argmax);
@@ -445,7 +446,7 @@ status cuda_backend::ffn_block(uint32_t il) {
 }
 
 status cuda_backend::attention(uint32_t il, cuda_kv_cache& cache, bool quantize_out) {
-  for (const auto& r : plan_.runs) TANDEM_TRY(attention_gemm(il, cache, r));
+  TANDEM_TRY(attention_runs(il, cache));
   if (!plan_.any_paged) return {};
   const auto& hp = hp_;
   paged_attention_args a;
@@ -474,50 +475,30 @@ status cuda_backend::attention(uint32_t il, cuda_kv_cache& cache, bool quantize_
   return {};
 }
 
-status cuda_backend::attention_gemm(uint32_t il, cuda_kv_cache& cache, const token_run& r) {
-  const auto& hp = hp_;
-  const cudaStream_t s = ctx_->stream();
-  const int D = int(hp.head_dim), Hq = int(hp.n_head), Hkv = int(hp.n_head_kv), grp = Hq / Hkv;
-  const int n_kv = r.pos0 + r.n, QD = Hq * D;
-  const size_t kv_elems = size_t(Hkv) * n_kv * D;
-  TANDEM_TRY(kh_.ensure(kv_elems * 2));
-  TANDEM_TRY(vh_.ensure(kv_elems * 2));
-  TANDEM_TRY(qh_.ensure(size_t(Hq) * r.n * D * 2));
-  const int32_t* table = dev_ints(plan_.off_tables) + size_t(r.table) * plan_.max_blocks;
-  const ggml_type ct = cache.config().type;
-  const int bs = int(cache.config().block_size);
-  auto *kh = kh_.get<uint16_t>(), *vh = vh_.get<uint16_t>(), *qh = qh_.get<uint16_t>();
-  TANDEM_CUDA_TRY(launch_gather_kv_f16(cache.k_layer(il), ct, table, bs, n_kv, Hkv, D, kh, s));
-  TANDEM_CUDA_TRY(launch_gather_kv_f16(cache.v_layer(il), ct, table, bs, n_kv, Hkv, D, vh, s));
-  TANDEM_CUDA_TRY(launch_heads_to_f16(q_.get<float>() + size_t(r.t0) * QD, r.n, Hq, D, qh, s));
-
-  // Query rows per chunk so that grp heads' scores (f32) and probabilities (f16) fit the budget.
-  const size_t per_row = size_t(grp) * n_kv * (sizeof(float) + sizeof(uint16_t));
-  const int tc = int(std::clamp<size_t>(k_attention_budget / per_row, 1, size_t(r.n)));
-  TANDEM_TRY(scores_.ensure(size_t(grp) * tc * n_kv * sizeof(float)));
-  TANDEM_TRY(probs_.ensure(size_t(grp) * tc * n_kv * sizeof(uint16_t)));
-  float* S = scores_.get<float>();
-  uint16_t* P = probs_.get<uint16_t>();
-  const float scale = 1.f / std::sqrt(float(D)), one = 1.f, zero = 0.f;
-  for (int c0 = 0; c0 < r.n; c0 += tc) {
-    const int nc = std::min(tc, r.n - c0);
-    // Causal: this chunk's queries see keys up to its last position, not the whole run.
-    const int kv = r.pos0 + c0 + nc;
-    const long long s_stride = static_cast<long long>(nc) * kv;
-    for (int g = 0; g < Hkv; ++g) {
-      // S[b][t][j] = scale · K_g[j] · q_{g·grp+b}[c0+t]   (column-major: kv × nc per head)
-      TANDEM_CUBLAS_TRY(cublasGemmStridedBatchedEx(
-          ctx_->blas(), CUBLAS_OP_T, CUBLAS_OP_N, kv, nc, D, &scale, kh + size_t(g) * n_kv * D, CUDA_R_16F, D, 0,
-          qh + (size_t(g) * grp * r.n + c0) * D, CUDA_R_16F, D, static_cast<long long>(r.n) * D, &zero, S,
-          CUDA_R_32F, kv, s_stride, grp, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      TANDEM_CUDA_TRY(launch_causal_softmax(S, grp * nc, nc, kv, r.pos0 + c0, P, s));
-      // out[t][h][:] = Σ_j P[b][t][j] V_g[j]   (column-major D × nc, ld = Hq·D)
-      TANDEM_CUBLAS_TRY(cublasGemmStridedBatchedEx(
-          ctx_->blas(), CUBLAS_OP_N, CUBLAS_OP_N, D, nc, kv, &one, vh + size_t(g) * n_kv * D, CUDA_R_16F, D, 0, P,
-          CUDA_R_16F, kv, s_stride, &zero, att_.get<float>() + size_t(r.t0 + c0) * QD + size_t(g) * grp * D,
-          CUDA_R_32F, QD, D, grp, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    }
-  }
+// The runs (long stretches of one sequence's tokens) in one flash-attention launch: their
+// keys come from the cache, where this step's K and V were stored first.
+status cuda_backend::attention_runs(uint32_t il, cuda_kv_cache& cache) {
+  if (plan_.runs.empty()) return {};
+  std::vector<flash_run> runs;
+  runs.reserve(plan_.runs.size());
+  for (const token_run& r : plan_.runs) runs.push_back({r.t0, r.n, r.table, r.pos0});
+  flash_attention_args a;
+  a.q = q_.get<float>();
+  a.k_cache = cache.k_layer(il);
+  a.v_cache = cache.v_layer(il);
+  a.cache_type = cache.config().type;
+  a.out = att_.get<float>();
+  a.block_tables = dev_ints(plan_.off_tables);
+  a.runs = runs.data();
+  a.n_runs = int(runs.size());
+  a.n_tok = plan_.n_tok;
+  a.n_head = int(hp_.n_head);
+  a.n_head_kv = int(hp_.n_head_kv);
+  a.head_dim = int(hp_.head_dim);
+  a.block_size = int(cache.config().block_size);
+  a.max_blocks = plan_.max_blocks;
+  a.scale = 1.f / std::sqrt(float(hp_.head_dim));
+  TANDEM_CUDA_TRY(launch_flash_attention(a, ctx_->stream()));
   return {};
 }
 

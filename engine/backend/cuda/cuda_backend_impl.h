@@ -86,7 +86,7 @@ class cuda_backend final : public cuda_stage {
   status reduce_partial();
   bool adds_residual() const { return !comm_ || range_.embedding; }
   status attention(uint32_t il, cuda_kv_cache& cache, bool quantize_out = false);
-  status attention_gemm(uint32_t il, cuda_kv_cache& cache, const token_run& r);
+  status attention_runs(uint32_t il, cuda_kv_cache& cache);
   status matmul(const device_matrix& w, const float* x, int n_tok, float* y);
   status output_head(const float* x, int n_tok, float* y);
   struct matmul_job {
@@ -121,7 +121,7 @@ class cuda_backend final : public cuda_stage {
   device_buffer ints_, ids_;
   // Activations: residual x, normed xn, q/k/v, attention output, tmp, FFN gate/up, fp16 copies.
   device_buffer x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, xh_, xo_, logits_;
-  device_buffer weight_tile_, qh_, kh_, vh_, scores_, probs_, attn_work_;
+  device_buffer weight_tile_, attn_work_;
   device_buffer matvec_work_;  // int8 copy of a mat-vec's x (launch_matvec's workspace)
   // Hybrid models: wq's output [q, gate] and the gate; the DeltaNet's qkv, conv output u, z, the
   // gate inputs b and a, the gates g and beta, the rule's output o and the gated norm's y.
