@@ -52,7 +52,7 @@ struct device_usage {
   // DeltaNet layers and heads, plus the checkpoint copy the cache keeps of it (kv_cache.h).
   uint64_t state = 0;
   uint64_t activations = 0;  // per-token buffers sized for n_batch tokens, logits on the output device
-  uint64_t workspace = 0;    // fp16 weight tile, GEMM-attention buffers, decode attention partials
+  uint64_t workspace = 0;    // fp16 weight tile, decode attention partials
   uint64_t overhead = 0;     // CUDA context, cuBLAS workspace, NCCL (estimates)
   uint64_t total = 0;
   uint64_t tensor_bytes = 0;  // file bytes of the tensors and shards it holds (no padding)

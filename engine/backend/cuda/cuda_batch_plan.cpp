@@ -11,14 +11,14 @@
 namespace tandem {
 namespace {
 
-// Long runs go to the GEMM attention path; their tokens are masked out of the paged kernel.
+// Long runs go to the flash-attention prefill kernel; their tokens are masked out of the paged kernel.
 void find_runs(const batch& b, const std::map<int32_t, int>& table_of, batch_plan& p) {
   const int T = p.n_tok;
   p.runs.clear();
   for (int t = 0; t < T;) {
     int e = t + 1;
     while (e < T && b.seq_ids[e] == b.seq_ids[t] && b.positions[e] == b.positions[e - 1] + 1) ++e;
-    if (e - t >= k_gemm_attention_min) {
+    if (e - t >= k_flash_attention_min) {
       p.runs.push_back({t, e - t, table_of.at(b.seq_ids[t]), b.positions[t]});
       for (int i = t; i < e; ++i) p.ints[p.off_paged + i] = -1;
     }

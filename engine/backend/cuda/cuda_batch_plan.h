@@ -1,6 +1,6 @@
 // A batch as the CUDA backend uploads it: one array of integers (tokens, positions, cache slots,
 // block tables, for hybrid models the DeltaNet runs, and for decode steps the RoPE rotations) built
-// on the host per step, plus the runs of tokens that take the GEMM attention path. Plain host code,
+// on the host per step, plus the runs of tokens that take the flash-attention prefill kernel. Plain host code,
 // testable without a GPU.
 #pragma once
 
@@ -14,7 +14,7 @@
 
 namespace tandem {
 
-constexpr int k_gemm_attention_min = 16;  // a run this long takes the cuBLAS attention path
+constexpr int k_flash_attention_min = 16;  // a run this long takes the flash-attention prefill kernel
 constexpr int k_block_bucket = 32;        // block-table width rounding (graph reuse)
 constexpr int k_kv_bucket = 256;          // attention split sizing rounding (graph reuse)
 
@@ -26,7 +26,7 @@ struct token_run {
 struct batch_plan {
   int n_tok = 0, n_out = 0, n_tables = 0, max_blocks = 0, paged_max_kv = 0;
   bool any_paged = false;
-  std::vector<token_run> runs;  // those that take the GEMM attention path
+  std::vector<token_run> runs;  // those that take the flash-attention prefill kernel
   // tokens | pos | paged pos (-1: in a run) | slots | tok table | out idx | tables
   // [| DeltaNet runs: hybrid models, 4 ints per run (first token, tokens, state slot = sequence
   //    id, first position), the dn_runs table of kernels/delta_net.h]

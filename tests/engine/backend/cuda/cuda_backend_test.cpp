@@ -219,7 +219,7 @@ TEST_P(cuda_vs_cpu_q8_cache, logits_match) {
     b.add(toks[i], 0, i, true);
     expect_same_logits(f, b, matvec_tol(std::get<1>(GetParam()), 5e-3), "q8_0 cache: decode step");
   }
-  // GEMM attention over the gathered (dequantized) cache, and the paged kernel for sequence 1.
+  // flash attention over the paged cache, and the paged kernel for sequence 1.
   b.clear();
   for (int i = 9; i < 69; ++i) b.add(toks[i], 0, i, true);
   for (int i = 0; i < 5; ++i) b.add(toks[70 + i], 1, i, i == 4);

@@ -1,5 +1,5 @@
 // The CUDA backend's per-step upload (plan_batch), on the host: the layout of its integers, the
-// block tables, the runs that take the GEMM attention path, and the decode step's RoPE rotations.
+// block tables, the runs that take the flash-attention prefill kernel, and the decode step's RoPE rotations.
 #include "backend/cuda/cuda_batch_plan.h"
 
 #include <gtest/gtest.h>
@@ -81,7 +81,7 @@ TEST(batch_plan, decode_step_layout_tables_and_rotations) {
   EXPECT_EQ(x[1], as_float(p.ints[p.off_rot + 2 * hp.rope_dim + 1]));
 }
 
-// A prompt of 20 tokens next to a decode token: the prompt is a run (GEMM attention, masked out
+// A prompt of 20 tokens next to a decode token: the prompt is a run (flash attention, masked out
 // of the paged kernel); more than k_matvec_max_tokens tokens carry no rotation table.
 TEST(batch_plan, long_runs_take_the_gemm_path) {
   host_cache cache(config());

@@ -121,7 +121,7 @@ using param = std::tuple<ggml_type, ggml_type>;  // weights, KV cache
 class cuda_vs_cpu_qwen35 : public ::testing::TestWithParam<param> {};
 
 // A 40-token prefill of sequence 0 and a 6-token prompt of sequence 1 in one batch (GEMM path,
-// two DeltaNet runs; the GEMM attention path for sequence 0), then 8 decode steps of both
+// two DeltaNet runs; the flash-attention kernel for sequence 0), then 8 decode steps of both
 // sequences together (mat-vec path, graphs, two one-token runs), then a 3 + 1 token step (runs of
 // several tokens on the mat-vec path). fp16 GEMM activations bound the prefill by 1e-2.
 TEST_P(cuda_vs_cpu_qwen35, prefill_and_decode_two_sequences) {
