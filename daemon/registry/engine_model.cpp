@@ -211,13 +211,16 @@ result<std::uint64_t> engine_model_bytes(const std::string& path, const engine_o
   auto loaded = load_model(path);  // maps and binds: reads the header, not the weights
   if (!loaded) return loaded.err();
   const auto& hp = loaded->desc.hp;
-  // As load_engine_model's cache: one sequence, f16 K and V rows per layer and KV head, in
-  // blocks of kv_cache_config's default size.
+  // As load_engine_model's cache: one sequence, f16 K and V rows per attention layer and KV head,
+  // in blocks of kv_cache_config's default size; a hybrid model's recurrent state (fp32 conv and
+  // S per DeltaNet layer) and its checkpoint copy.
   const kv_cache_config kc;
   const uint64_t slots = (uint64_t{cache_tokens(loaded->desc, opt)} + kc.block_size - 1) / kc.block_size *
                          kc.block_size;
   const uint64_t row = row_bytes(kc.type, hp.head_dim).value_or(uint64_t{hp.head_dim} * 4);
-  return loaded->file->file_size() + 2 * uint64_t{hp.n_layer} * slots * hp.n_head_kv * row;
+  const delta_net_shape dn = delta_net_of(hp);
+  const uint64_t state = 2 * uint64_t{hp.n_delta_net_layers()} * (dn.conv_state_floats() + dn.ssm_state_floats()) * 4;
+  return loaded->file->file_size() + 2 * uint64_t{hp.n_attention_layers()} * slots * hp.n_head_kv * row + state;
 }
 
 model_sizer engine_sizer(engine_options opt) {
