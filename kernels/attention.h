@@ -63,6 +63,10 @@ struct paged_attention_args {
   // valid when no token is skipped (every tok_pos >= 0).
   int8_t* out_q = nullptr;
   float2* out_ds = nullptr;
+  // Grouped blocks (GQA): one block takes up to four query heads of a KV head, so each K/V row
+  // it loads serves them all. -1: the launcher's choice (deep caches, past 8192 keys); 0 or 1
+  // forces it (tests).
+  int grouped = -1;
 };
 
 // Splits of one (token, head)'s keys the decode kernel takes at most (a deep cache is cut into

@@ -100,8 +100,8 @@ struct paged_cache {
   size_t rb;
 };
 
-paged_cache make_cache(ggml_type t, int D, uint32_t seed) {
-  paged_cache c{D, 8, 2, 16, 24, {}, {}, {}, *row_bytes(t, D)};
+paged_cache make_cache(ggml_type t, int D, uint32_t seed, int Hq = 8, int Hkv = 2) {
+  paged_cache c{D, Hq, Hkv, 16, 24, {}, {}, {}, *row_bytes(t, D)};
   c.table.resize(c.n_blocks);
   std::iota(c.table.begin(), c.table.end(), 0);
   std::shuffle(c.table.begin(), c.table.end(), std::mt19937(seed));
@@ -207,7 +207,9 @@ TEST(paged_attention, deep_cache_splits_match_attend_head) {
       a.block_tables = dtab.p, a.tok_table = dtt.p, a.tok_pos = dpos.p;
       a.n_tok = T, a.n_head = c.Hq, a.n_head_kv = c.Hkv, a.head_dim = D, a.block_size = c.bs;
       a.max_blocks = c.n_blocks, a.max_kv = max_kv, a.scale = scale;
-      for (int splits : {79, 32}) {
+      for (int run = 0; run < 4; ++run) {
+        const int splits = run & 1 ? 32 : 79;
+        a.grouped = run >> 1;  // one block per query head, then grouped blocks
         dev<float> work(splits == 32 ? paged_attention_work_floats(T, c.Hq, D, 32)
                                      : paged_attention_step_work_floats(T, c.Hq, D),
                         0);  // counters start at 0
@@ -223,8 +225,8 @@ TEST(paged_attention, deep_cache_splits_match_attend_head) {
             for (size_t i = size_t(t) * c.Hq * D; i < size_t(t + 1) * c.Hq * D; ++i)
               worst = std::max(worst, double(std::fabs(got[i] - ref[i])) / std::max(1.f, std::fabs(ref[i])));
           }
-          std::printf("%s paged attention D %d, %d keys, %d splits, launch %d: worst relative error %.3g\n",
-                      std::string(type_name(type)).c_str(), D, n_kv, splits, rep, worst);
+          std::printf("%s paged attention D %d, %d keys, %d splits, grouped %d, launch %d: worst relative error %.3g\n",
+                      std::string(type_name(type)).c_str(), D, n_kv, splits, a.grouped, rep, worst);
           EXPECT_LE(worst, 5e-4) << type_name(type) << " D " << D << " splits " << splits;
         }
       }
@@ -278,6 +280,73 @@ TEST(paged_attention, q8_0_cache_matches_attend_head) {
       }
       std::printf("q8_0 paged attention D %d split %d: worst relative error %.3g\n", D, int(split), worst);
       EXPECT_LE(worst, 5e-5) << "D " << D << " split " << split;
+    }
+  }
+}
+
+// attend_head per (token, query head) of a cache: the CPU reference of launch_paged_attention.
+std::vector<float> reference_attention(const paged_cache& c, ggml_type t, const std::vector<float>& q,
+                                       const std::vector<int32_t>& pos, float scale) {
+  const int D = c.D, T = int(pos.size());
+  std::vector<float> ref(q.size(), 0.f), scores(size_t(c.n_blocks) * c.bs), tmp(D);
+  std::vector<const uint8_t*> kr, vr;
+  for (int i = 0; i < T; ++i) {
+    if (pos[i] < 0) continue;
+    for (int h = 0; h < c.Hq; ++h) {
+      kr.clear(), vr.clear();
+      for (int j = 0; j <= pos[i]; ++j) {
+        const size_t row = (size_t(c.table[j / c.bs]) * c.bs + j % c.bs) * c.Hkv + h / (c.Hq / c.Hkv);
+        kr.push_back(c.k.data() + row * c.rb), vr.push_back(c.v.data() + row * c.rb);
+      }
+      const size_t o = (size_t(i) * c.Hq + h) * D;
+      attend_head(q.data() + o, kr.data(), vr.data(), t, pos[i] + 1, D, scale, scores.data(), tmp.data(),
+                  ref.data() + o);
+    }
+  }
+  return ref;
+}
+
+// GQA ratios 1 to 8, with and without splits, one block per query head and grouped (up to four
+// query heads of a KV head a block: ratio 6 is two blocks of three, 8 two of four, 2 one block
+// with two idle head slots), against attend_head. The cache's x300 rows make scores reach ~100,
+// where one rounding of a score (1e-5 of it) moves its softmax weight by as much, and the lanes
+// sum in another order than attend_head: 5e-4 relative, as deep_cache_splits_match_attend_head.
+TEST(paged_attention, gqa_ratios_match_attend_head) {
+  REQUIRE_GPU();
+  const std::vector<std::pair<int, int>> heads = {{4, 4}, {8, 4}, {12, 2}, {16, 2}, {6, 1}, {24, 4}};
+  const std::vector<int32_t> pos = {0, 37, 383, -1, 150, 299};
+  const int T = int(pos.size()), max_kv = 384;
+  for (auto [Hq, Hkv] : heads) {
+    for (int D : {64, 128, 256}) {
+      for (ggml_type type : {ggml_type::f16, ggml_type::q8_0}) {
+        const auto c = make_cache(type, D, 11 + D + Hq, Hq, Hkv);
+        const auto q = randoms(size_t(T) * Hq * D, uint32_t(Hq * D), -0.01f, 0.01f);
+        const float scale = 1.f / std::sqrt(float(D));
+        const auto ref = reference_attention(c, type, q, pos, scale);
+        dev<uint8_t> dk(c.k), dv(c.v);
+        dev<float> dq(q), dout(q.size()), work(paged_attention_step_work_floats(T, Hq, D), 0);
+        dev<int32_t> dtab(c.table), dtt(std::vector<int32_t>(T, 0)), dpos(pos);
+        paged_attention_args a;
+        a.q = dq.p, a.k_cache = dk.p, a.v_cache = dv.p, a.cache_type = type, a.out = dout.p;
+        a.block_tables = dtab.p, a.tok_table = dtt.p, a.tok_pos = dpos.p;
+        a.n_tok = T, a.n_head = Hq, a.n_head_kv = Hkv, a.head_dim = D, a.block_size = c.bs;
+        a.max_blocks = c.n_blocks, a.max_kv = max_kv, a.scale = scale;
+        for (int mode : {0, 1, 2, 3}) {
+          const bool split = mode & 1;
+          a.grouped = mode >> 1;
+          ASSERT_EQ(cudaMemset(dout.p, 0, dout.n * sizeof(float)), cudaSuccess);
+          ASSERT_EQ(launch_paged_attention(a, split ? work.p : nullptr, split ? work.n : 0, nullptr), cudaSuccess);
+          const auto got = dout.host();
+          double worst = 0;
+          for (int i = 0; i < T; ++i) {
+            if (pos[i] < 0) continue;
+            for (size_t e = size_t(i) * Hq * D; e < size_t(i + 1) * Hq * D; ++e)
+              worst = std::max(worst, double(std::fabs(got[e] - ref[e])) / std::max(1.f, std::fabs(ref[e])));
+          }
+          EXPECT_LE(worst, 5e-4) << type_name(type) << " " << Hq << "/" << Hkv << " heads, D " << D << " split "
+                                 << split << " grouped " << a.grouped;
+        }
+      }
     }
   }
 }
