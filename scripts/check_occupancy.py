@@ -16,7 +16,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUDGET = os.path.join(ROOT, "tests", "kernels", "occupancy_budget.txt")
-SOURCES = ["kernels/matvec.cu", "kernels/layer_ops.cu", "kernels/attention.cu", "kernels/delta_net.cu"]
+SOURCES = ["kernels/matvec.cu", "kernels/layer_ops.cu", "kernels/attention.cu", "kernels/delta_net.cu",
+           "kernels/moe.cu", "kernels/moe_gemm.cu"]
 REGS_PER_SM, MAX_BLOCKS, WARP_ALLOC = 65536, 32, 256  # sm_90
 
 
@@ -30,7 +31,8 @@ def blocks_per_sm(regs, threads):
 # Threads per block of each kernel family (the launchers' constants; the mat-vec's is the product
 # of its last two integer template arguments).
 THREADS = {"matvec_kernel": None, "rms_norm_wide_kernel": 256, "paged_attention_kernel": 128,
-           "qk_rope_store_kernel": 128, "dn_rule_kernel": 128, "dn_conv_kernel": 128}
+           "qk_rope_store_kernel": 128, "dn_rule_kernel": 128, "dn_conv_kernel": 128,
+           "moe_matvec_kernel": 128, "moe_gemm_kernel": 256, "moe_route_kernel": 128}
 
 
 def threads_of(key):

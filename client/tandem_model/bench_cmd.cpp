@@ -7,7 +7,8 @@
 // position D, greedy on the GPU. Decode is set against the device-to-device copy bandwidth ((weight
 // bytes + recurrent state bytes read and written + the K/V rows attention reads) per token × t/s),
 // prefill against the cuBLAS fp16 GEMM rate (2·params·N + attention FLOPs over D+i+1 keys for the
-// i-th token + DeltaNet rule FLOPs).
+// i-th token + DeltaNet rule FLOPs). Weight bytes and params are the active ones
+// (plan/active_weights.h): of a MoE model's routed experts only the k a token selects.
 #include "bench_cmd.h"
 
 #include <chrono>
@@ -23,6 +24,7 @@
 
 #include "cli_common.h"
 #include "model/model_desc.h"
+#include "plan/active_weights.h"
 #include "runtime/model_instance.h"
 
 #ifdef TANDEM_HAVE_CUDA_BACKEND
@@ -156,15 +158,15 @@ model_counts count_model(const model_desc& d) {
   model_counts c;
   for (const gguf_tensor* t : {d.token_embd, d.output_norm}) c.file_bytes += t->n_bytes, c.params += t->n_elements;
   if (d.output != d.token_embd) c.file_bytes += d.output->n_bytes, c.params += d.output->n_elements;
-  c.matrix_params += d.output->n_elements;
   for (const auto& l : d.layers)
     for (const gguf_tensor* t : {l.attn_norm, l.wq, l.wk, l.wv, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.wo,
                                  l.dn_qkv, l.dn_gate, l.dn_conv, l.dn_dt_bias, l.dn_a, l.dn_beta, l.dn_alpha,
-                                 l.dn_norm, l.dn_out, l.ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down}) {
-      if (!t) continue;
-      c.file_bytes += t->n_bytes, c.params += t->n_elements;
-      if (t->n_dims == 2) c.matrix_params += t->n_elements;
-    }
+                                 l.dn_norm, l.dn_out, l.ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down, l.ffn_gate_inp,
+                                 l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps, l.ffn_gate_inp_shexp,
+                                 l.ffn_gate_shexp, l.ffn_up_shexp, l.ffn_down_shexp})
+      if (t) c.file_bytes += t->n_bytes, c.params += t->n_elements;
+  // Prefill is rated on active FLOPs: a MoE token multiplies with k of its n experts only.
+  c.matrix_params = active_per_token(d).params;
   return c;
 }
 
@@ -296,7 +298,7 @@ void run_gen_test(bench_run& r, int depth, int n) {
   if (r.o.profile) profile_report(r.profile, test, int64_t(n) * r.o.reps, r.profile_lines, r.profiles);
   // Step i attends to depth + i + 1 keys: on average depth + (n + 1) / 2 K/V rows per token.
   const double kv = double(kv_bytes_per_key(r.d.hp, r.cache.config().type)) * (depth + (n + 1) / 2.0);
-  const double bytes = double(r.be.weight_bytes_per_token() + r.be.state_bytes_per_token()) + kv;
+  const double bytes = double(active_per_token(r.d).bytes + r.be.state_bytes_per_token()) + kv;
   const double gbps = bytes * stats_of(tps).mean / 1e9;
   r.table.add(test, depth, tps, r.ceil.copy_gbps > 0 ? gbps / r.ceil.copy_gbps : -1, "copy BW");
 }
@@ -343,7 +345,7 @@ void print_json(const bench_options& o, const cuda_load_stats& ls, const std::st
                       {"upload", {{"bytes", ls.bytes}, {"seconds", ls.seconds}, {"gb_per_s", ls.bytes / ls.seconds / 1e9}}},
                       {"ceilings", {{"copy_gb_per_s", ceil.copy_gbps}, {"gemm_fp16_tflops", ceil.gemm_tflops}}},
                       {"ubatch", o.ubatch},
-                      {"weight_bytes_per_token", be.weight_bytes_per_token()},
+                      {"weight_bytes_per_token", active_per_token(r.d).bytes},
                       {"state_bytes_per_token", be.state_bytes_per_token()},
                       {"kv_bytes_per_context_token", kv_per_key},
                       {"results", r.table.results}};
@@ -383,7 +385,7 @@ void run_bench(const bench_options& o) {
 
   const uint64_t kv_per_key = kv_bytes_per_key(d.hp, cfg.type);
   if (o.json) return print_json(o, ls, split_text, ceil, *be, kv_per_key, r);
-  print_preamble(ls, split_text, o.no_ceilings ? nullptr : &ceil, be->weight_bytes_per_token(),
+  print_preamble(ls, split_text, o.no_ceilings ? nullptr : &ceil, active_per_token(d).bytes,
                  be->state_bytes_per_token(), kv_per_key, table.test_width);
   for (const auto& l : table.lines) std::printf("%s\n", l.c_str());
   for (const auto& l : r.profile_lines) std::printf("%s\n", l.c_str());

@@ -8,6 +8,8 @@
 
 #include "cli_common.h"
 #include "gguf/gguf_reader.h"
+#include "model/model_desc.h"
+#include "plan/active_weights.h"
 #include "progress.h"
 #include "quant_mix.h"
 
@@ -93,6 +95,23 @@ json tensors_json(const gguf_file& f, uint64_t& n_params, json& by_type) {
   return tensors;
 }
 
+// A mixture-of-experts file's expert counts and sizes (null for dense models or files that do not
+// bind): the experts' bytes, and the weight bytes a decode token reads (k of n experts).
+json experts_json(const gguf_file& f) {
+  auto d = bind_model(f);
+  if (!d || !d->hp.moe()) return nullptr;
+  const hparams& hp = d->hp;
+  const active_weights a = active_per_token(*d);
+  return {{"expert_count", hp.n_expert},
+          {"expert_used_count", hp.n_expert_used},
+          {"n_ff_exp", hp.n_ff_exp},
+          {"n_ff_shexp", hp.n_ff_shexp},
+          {"weights_norm", hp.expert_weights_norm},
+          {"expert_bytes", routed_expert_bytes(*d)},
+          {"active_bytes_per_token", a.bytes},
+          {"active_params_per_token", a.params}};
+}
+
 json build_report(const std::string& path, const gguf_file& f) {
   json r;
   r["file"] = path;
@@ -121,6 +140,7 @@ json build_report(const std::string& path, const gguf_file& f) {
   r["tensors"] = tensors_json(f, n_params, by_type);
   r["n_tensors"] = f.tensors().size();
   r["n_params"] = n_params;
+  r["experts"] = experts_json(f);
   r["bytes_by_type"] = by_type;
   r["n_metadata_keys"] = f.metadata().size();
   return r;
@@ -191,6 +211,16 @@ void print_text(const json& r) {
   std::printf("parameters    %s (%s) in %s tensors\n",
               count_text(r["n_params"].get<uint64_t>()).c_str(), r["n_params"].dump().c_str(),
               r["n_tensors"].dump().c_str());
+  if (const json& e = r["experts"]; !e.is_null()) {
+    const uint32_t shared = e["n_ff_shexp"].get<uint32_t>();
+    std::printf("experts       %s of %s per layer, %s per token%s%s; %s of experts, %s read per token (%s params)\n",
+                e["expert_count"].dump().c_str(), e["n_ff_exp"].dump().c_str(), e["expert_used_count"].dump().c_str(),
+                e["weights_norm"].get<bool>() ? " (renormalised)" : "",
+                shared ? (", shared expert of " + std::to_string(shared)).c_str() : "",
+                format_bytes(e["expert_bytes"].get<uint64_t>()).c_str(),
+                format_bytes(e["active_bytes_per_token"].get<uint64_t>()).c_str(),
+                count_text(e["active_params_per_token"].get<uint64_t>()).c_str());
+  }
   std::printf("\nhyperparameters\n");
   for (const auto& [k, v] : r["hparams"].items()) std::printf("  %-44s %s\n", k.c_str(), text_of(v).c_str());
   print_tokenizer(r["tokenizer"]);

@@ -1,6 +1,8 @@
 // `tandem-model make`: a random-weight model of a preset shape (normal, std 0.02; norm weights 1;
-// DeltaNet conv kernels N(0, 0.25^2) and decays ssm_a = -uniform(0.5, 8)), with llama.cpp's tensor
-// names and metadata, written one tensor at a time.
+// DeltaNet conv kernels N(0, 0.25^2) and decays ssm_a = -uniform(0.5, 8); MoE routers N(0, 1/n_embd)),
+// with llama.cpp's tensor names and metadata, written one tensor at a time (3-D expert tensors as
+// n_expert·n_out rows of n_in).
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -36,7 +38,7 @@ struct make_options {
   bool tied = false, untied = false;
   // Shape overrides; 0 keeps the preset's value.
   uint32_t n_vocab = 0, n_ctx = 0, n_embd = 0, n_layer = 0, n_ff = 0, n_head = 0, n_head_kv = 0,
-           head_dim = 0;
+           head_dim = 0, n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
 };
 
 std::string joined(const std::vector<std::string_view>& names) {
@@ -58,6 +60,10 @@ hparams apply_overrides(const make_options& o, const hparams& preset) {
   set(o.n_head, hp.n_head);
   set(o.n_head_kv, hp.n_head_kv);
   set(o.head_dim, hp.head_dim);
+  set(o.n_expert, hp.n_expert);
+  set(o.n_expert_used, hp.n_expert_used);
+  set(o.n_ff_exp, hp.n_ff_exp);
+  set(o.n_ff_shexp, hp.n_ff_shexp);
   // The preset's rotary share of the head (all of it, or qwen35's quarter) carries over.
   hp.rope_dim = static_cast<uint32_t>(uint64_t(preset.rope_dim ? preset.rope_dim : preset.head_dim) * hp.head_dim /
                                       preset.head_dim) & ~1u;
@@ -72,6 +78,11 @@ void validate(const arch_spec& arch, const hparams& hp) {
          std::to_string(hp.n_head_kv) + ")");
   if (hp.head_dim % 2 != 0) fail("--head-dim must be even (RoPE rotates pairs)");
   if (status st = check_hybrid_hparams(arch, hp); !st) fail(st.message());
+  if (!arch.flags.moe && (hp.n_expert || hp.n_expert_used || hp.n_ff_exp || hp.n_ff_shexp))
+    fail("the expert options apply to MoE presets only (" + std::string(arch.name) + " has no experts)");
+  if (arch.flags.moe && !arch.flags.shared_expert && hp.n_ff_shexp)
+    fail("--n-ff-shexp: " + std::string(arch.name) + " has no shared expert");
+  if (status st = check_moe_hparams(arch, hp); !st) fail(st.message());
   uint32_t pairs = 0;
   for (uint32_t s : hp.rope_sections) pairs += s;
   if (pairs * 2 > hp.rope_dim)
@@ -139,8 +150,11 @@ gguf_writer::producer tensor_producer(const tensor_spec& s, ggml_type type, cons
   for (size_t d = 1; d < s.shape.size(); ++d) rows *= s.shape[d];
   const uint64_t seed = tensor_seed(o.seed, s.name);
   if (s.role == tensor_role::decay) return decay_producer(s.shape[0] * rows, seed);
-  // A depthwise conv over K taps: std 0.25 keeps its outputs near its inputs' scale (K = 4).
-  const float std_dev = s.role == tensor_role::conv ? 0.25f : 0.02f;
+  // A depthwise conv over K taps: std 0.25 keeps its outputs near its inputs' scale (K = 4). A router
+  // row of std 1/sqrt(n_embd) gives logits of about unit scale on the normed input: routing that
+  // varies between tokens, as a trained router's does, rather than near-uniform weights.
+  float std_dev = s.role == tensor_role::conv ? 0.25f : 0.02f;
+  if (s.role == tensor_role::router) std_dev = 1.f / std::sqrt(float(s.shape[0]));
   return random_producer(type, s.shape[0], rows, seed, std_dev, s.role == tensor_role::norm, threads, o.row_pool);
 }
 
@@ -179,7 +193,7 @@ void run_make(const make_options& o) {
   const auto specs = expected_tensors(*arch, hp);
   std::vector<std::string> names;
   for (const auto& s : specs) names.push_back(s.name);
-  const mix_context ctx = make_mix_context(names, hp.n_layer, 0);
+  const mix_context ctx = make_mix_context(names, hp.n_layer, hp.n_expert);
   const unsigned threads = o.threads ? o.threads : default_threads();
   for (const auto& s : specs) {
     const ggml_type type = tensor_type(*target, s, ctx, o.quiet);
@@ -225,6 +239,13 @@ void add_make_command(CLI::App& app) {
   cmd->add_option("--n-head", o->n_head, "Override attention.head_count")->check(CLI::PositiveNumber);
   cmd->add_option("--n-head-kv", o->n_head_kv, "Override attention.head_count_kv")->check(CLI::PositiveNumber);
   cmd->add_option("--head-dim", o->head_dim, "Override attention.key_length (head size)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--n-expert", o->n_expert, "MoE presets: override expert_count")->check(CLI::PositiveNumber);
+  cmd->add_option("--n-expert-used", o->n_expert_used, "MoE presets: override expert_used_count (top-k)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--n-ff-exp", o->n_ff_exp, "MoE presets: override expert_feed_forward_length")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--n-ff-shexp", o->n_ff_shexp, "qwen35moe presets: override expert_shared_feed_forward_length")
       ->check(CLI::PositiveNumber);
   auto* tied = cmd->add_flag("--tied", o->tied, "No output.weight: the head reuses token_embd");
   cmd->add_flag("--untied", o->untied, "Write a separate output.weight")->excludes(tied);

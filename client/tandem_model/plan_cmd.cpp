@@ -107,7 +107,7 @@ std::unique_ptr<shape_model> preset_model(const std::string& name, const std::st
   if (!arch) fail("preset " + name + " names an unknown architecture");
   std::vector<std::string> names;
   for (const auto& s : expected_tensors(*arch, p->hp)) names.push_back(s.name);
-  const mix_context ctx = make_mix_context(names, p->hp.n_layer, 0);
+  const mix_context ctx = make_mix_context(names, p->hp.n_layer, p->hp.n_expert);
   auto m = make_shape_model(p->arch, p->hp, [&](const tensor_spec& s) {
     if (!is_quantizable(s.name, static_cast<uint32_t>(s.shape.size()))) return ggml_type::f32;
     return choose_type(*target, s.name, s.shape[0], ctx).type;

@@ -50,9 +50,12 @@ namespace {
 
 using namespace hf_detail;
 
-// Dense types map onto the llama.cpp architecture of the same name; the Qwen3.5 ones onto qwen35.
-constexpr std::string_view k_model_types[] = {"llama", "qwen2", "qwen3", "qwen3_5_text", "qwen3_5"};
+// Dense types map onto the llama.cpp architecture of the same name; the Qwen3.5 ones onto qwen35,
+// qwen3_moe onto qwen3moe and the Qwen3.5 MoE ones onto qwen35moe.
+constexpr std::string_view k_model_types[] = {"llama",    "qwen2",       "qwen3",           "qwen3_5_text",
+                                              "qwen3_5",  "qwen3_moe",   "qwen3_5_moe_text", "qwen3_5_moe"};
 bool is_qwen35_type(std::string_view t) { return t == "qwen3_5_text" || t == "qwen3_5"; }
+bool is_qwen35moe_type(std::string_view t) { return t == "qwen3_5_moe_text" || t == "qwen3_5_moe"; }
 
 // HF per-layer suffixes (after "model.layers.N.") and llama.cpp's per-layer stems.
 constexpr hf_detail::layer_name k_layer_names[] = {
@@ -125,22 +128,30 @@ void map_values(tensor_transform::value_op op, float* row, uint64_t n) {
     for (uint64_t i = 0; i < n; ++i) row[i] = -std::exp(row[i]);
 }
 
+// Source row `s` of a tensor's (stacked) source: part s / rows_per_part, row s % rows_per_part.
+status read_source_row(const tensor_source& src, uint64_t rows_per_part, uint64_t s, uint64_t n_in, float* out) {
+  const st_tensor* part = src.parts.size() == 1 ? src.parts[0] : src.parts[s / rows_per_part];
+  const uint64_t r = src.parts.size() == 1 ? s : s % rows_per_part;
+  return read_floats(*part, r * n_in, n_in, out);
+}
+
 // Element-wise conversion of one tensor into `out`, rows split over threads; each output row
 // reads the source row (and columns) the transform names, then maps the values.
-status convert_tensor(const st_tensor& src, ggml_type type, uint64_t n_in, uint64_t n_rows,
+status convert_tensor(const tensor_source& src, ggml_type type, uint64_t n_in, uint64_t n_rows,
                       const tensor_transform& tf, unsigned threads, std::span<uint8_t> out) {
   const auto rb = row_bytes(type, n_in);
   if (!rb || out.size() != *rb * n_rows)
-    return make_error("tensor \"", src.name, "\": output buffer has ", out.size(),
+    return make_error("tensor \"", src.any()->name, "\": output buffer has ", out.size(),
                       " bytes, expected ", rb ? *rb * n_rows : 0);
+  const uint64_t rows_per_part = n_rows / src.parts.size();
   auto work = [&](uint64_t r0, uint64_t r1) -> status {
     std::vector<float> row(n_in), in(tf.col_src.empty() ? 0 : n_in);
     for (uint64_t r = r0; r < r1; ++r) {
       const uint64_t s = tf.row_src.empty() ? r : tf.row_src[r];
       if (tf.col_src.empty()) {
-        TANDEM_TRY(read_floats(src, s * n_in, n_in, row.data()));
+        TANDEM_TRY(read_source_row(src, rows_per_part, s, n_in, row.data()));
       } else {
-        TANDEM_TRY(read_floats(src, s * n_in, n_in, in.data()));
+        TANDEM_TRY(read_source_row(src, rows_per_part, s, n_in, in.data()));
         for (uint64_t c = 0; c < n_in; ++c) row[c] = in[tf.col_src[c]];
       }
       map_values(tf.op, row.data(), n_in);
@@ -173,17 +184,53 @@ std::string shape_string(const std::vector<uint64_t>& s) {
 // One output tensor: where it comes from and how it is stored.
 struct planned_tensor {
   const tensor_spec* spec;
-  const st_tensor* src;
+  tensor_source src;
   ggml_type type;
   tensor_transform transform;
 };
 
-// GGUF name -> source tensor for every tensor of the checkpoint that the model uses.
-result<std::map<std::string, const st_tensor*>> map_sources(const hf_config& cfg,
-                                                            const safetensors_model& model,
-                                                            import_summary& summary) {
+using source_map = std::map<std::string, tensor_source>;
+
+// Records that `t` supplies GGUF tensor `gguf` (whole, as half of a fused tensor, or as one expert
+// of a stacked one); a second supplier of the same rows is an error naming both.
+status add_source(source_map& m, const std::string& gguf, const st_tensor* t, int expert, uint32_t n_expert,
+                  tensor_source::half h = tensor_source::half::none) {
+  tensor_source& s = m[gguf];
+  const bool taken = expert < 0 ? !s.parts.empty() : !s.parts.empty() && (!s.stacked || s.parts[expert]);
+  if (taken)
+    return make_error(*t->file, ": tensor \"", t->name, "\" supplies ", gguf, ", which \"", s.any()->name,
+                      "\" already does (per-expert and fused experts mixed, or a duplicate)");
+  if (expert < 0) {
+    s.parts = {t};
+    s.fused = h;
+    return {};
+  }
+  if (s.parts.empty()) s.parts.assign(n_expert, nullptr), s.stacked = true;
+  s.parts[expert] = t;
+  return {};
+}
+
+// The GGUF name(s) one checkpoint tensor supplies, added to `by_gguf`.
+status map_one(const hf_config& cfg, const st_tensor* t, source_map& by_gguf) {
   const bool qwen35 = cfg.arch->flags.hybrid;
-  std::map<std::string, const st_tensor*> by_gguf;
+  if (cfg.arch->flags.moe) {
+    if (auto m = map_moe_tensor_name(t->name, cfg.hp.n_expert)) {
+      if (!m->fused_gate_up) return add_source(by_gguf, m->gguf, t, m->expert, cfg.hp.n_expert);
+      const std::string up = m->gguf.substr(0, m->gguf.size() - std::string_view("ffn_gate_exps.weight").size()) +
+                             "ffn_up_exps.weight";
+      TANDEM_TRY(add_source(by_gguf, m->gguf, t, -1, cfg.hp.n_expert, tensor_source::half::first));
+      return add_source(by_gguf, up, t, -1, cfg.hp.n_expert, tensor_source::half::second);
+    }
+  }
+  auto g = qwen35 ? map_qwen35_tensor_name(t->name) : map_hf_tensor_name(t->name);
+  if (!g) return make_error(*t->file, ": tensor \"", t->name, "\" is not part of a ", cfg.model_type, " model");
+  return add_source(by_gguf, *g, t, -1, cfg.hp.n_expert);
+}
+
+// GGUF name -> source for every tensor of the checkpoint that the model uses.
+result<source_map> map_sources(const hf_config& cfg, const safetensors_model& model, import_summary& summary) {
+  const bool qwen35 = cfg.arch->flags.hybrid;
+  source_map by_gguf;
   size_t ignored = 0;
   for (const st_tensor* t : model.tensors()) {
     if (t->name.ends_with("rotary_emb.inv_freq"))
@@ -196,23 +243,56 @@ result<std::map<std::string, const st_tensor*>> map_sources(const hf_config& cfg
       ++ignored;
       continue;
     }
-    auto g = qwen35 ? map_qwen35_tensor_name(t->name) : map_hf_tensor_name(t->name);
-    if (!g)
-      return make_error(*t->file, ": tensor \"", t->name, "\" is not part of a ", cfg.model_type,
-                        " model");
-    by_gguf[*g] = t;
+    TANDEM_TRY(map_one(cfg, t, by_gguf));
   }
   if (ignored)
     summary.notes.push_back(std::to_string(ignored) + " vision / multi-token-prediction tensors are not imported");
   return by_gguf;
 }
 
-// Source dims in GGUF order (contiguous first); a conv kernel [C, 1, K] is squeezed to {K, C}.
+// Source dims in GGUF order (contiguous first); a conv kernel [C, 1, K] is squeezed to {K, C}, the
+// shared expert's gate [1, n_embd] to {n_embd}.
 std::vector<uint64_t> gguf_dims(const st_tensor& src, const tensor_spec& spec) {
+  const bool squeeze = spec.role == tensor_role::conv || (spec.role == tensor_role::router && spec.shape.size() == 1);
   std::vector<uint64_t> dims;
   for (auto it = src.shape.rbegin(); it != src.shape.rend(); ++it)
-    if (*it != 1 || spec.role != tensor_role::conv) dims.push_back(*it);
+    if (*it != 1 || !squeeze) dims.push_back(*it);
   return dims;
+}
+
+status check_dtype(const st_tensor& t) {
+  if (t.dtype != st_dtype::f32 && t.dtype != st_dtype::f16 && t.dtype != st_dtype::bf16 && t.dtype != st_dtype::f64)
+    return make_error(*t.file, ": tensor \"", t.name, "\" has dtype ", st_dtype_name(t.dtype),
+                      "; only floating-point weights can be imported");
+  return {};
+}
+
+// The source's shape against the spec: each expert of a stacked tensor is one {n_in, n_out} matrix;
+// a fused gate_up_proj has twice the rows of each half.
+status check_source(const tensor_source& src, const tensor_spec& spec) {
+  std::vector<uint64_t> want = spec.shape;
+  if (src.stacked) want.pop_back();
+  if (src.fused != tensor_source::half::none) want[1] *= 2;
+  for (size_t e = 0; e < src.parts.size(); ++e) {
+    const st_tensor* t = src.parts[e];
+    if (!t)
+      return make_error("missing tensor for expert ", e, " of ", spec.name, " (", src.any()->name,
+                        " and the other experts are present)");
+    if (gguf_dims(*t, spec) != want)
+      return make_error(*t->file, ": tensor \"", t->name, "\" has shape ", shape_string(t->shape),
+                        " but config.json implies ", shape_string(std::vector<uint64_t>(want.rbegin(), want.rend())));
+    TANDEM_TRY(check_dtype(*t));
+  }
+  return {};
+}
+
+// A fused gate_up_proj's half: GGUF row e·F + j reads source row e·2F + j (gate) or + F (up).
+std::vector<uint64_t> fused_rows(const tensor_spec& spec, tensor_source::half h) {
+  const uint64_t F = spec.shape[1], E = spec.shape[2];
+  std::vector<uint64_t> rows(E * F);
+  for (uint64_t r = 0; r < E * F; ++r)
+    rows[r] = r / F * 2 * F + r % F + (h == tensor_source::half::second ? F : 0);
+  return rows;
 }
 
 // Maps every source tensor, checks names, shapes and dtypes against the architecture, and picks
@@ -231,19 +311,10 @@ result<std::vector<planned_tensor>> plan_tensors(const hf_config& cfg,
     if (it == by_gguf.end())
       return make_error("missing tensor for ", spec.name, " (", cfg.model_type, " with ",
                         cfg.hp.n_layer, " layers needs it)");
-    const st_tensor* src = it->second;
+    planned_tensor p{&spec, std::move(it->second), ggml_type::f32, {}};
     by_gguf.erase(it);
-    if (gguf_dims(*src, spec) != spec.shape)
-      return make_error(
-          *src->file, ": tensor \"", src->name, "\" has shape ", shape_string(src->shape),
-          " but config.json implies ",
-          shape_string(std::vector<uint64_t>(spec.shape.rbegin(), spec.shape.rend())));
-    if (src->dtype != st_dtype::f32 && src->dtype != st_dtype::f16 &&
-        src->dtype != st_dtype::bf16 && src->dtype != st_dtype::f64)
-      return make_error(*src->file, ": tensor \"", src->name, "\" has dtype ",
-                        st_dtype_name(src->dtype), "; only floating-point weights can be imported");
-    planned_tensor p{&spec, src, ggml_type::f32, {}};
-    if (role_is_matrix(spec.role)) {  // norms, biases, conv kernels and decays stay F32
+    TANDEM_TRY(check_source(p.src, spec));
+    if (role_is_matrix(spec.role)) {  // norms, biases, conv kernels, decays and routers stay F32
       p.type = opt.type;
       if (!row_bytes(p.type, spec.shape[0])) {
         p.type = ggml_type::f16;
@@ -253,6 +324,7 @@ result<std::vector<planned_tensor>> plan_tensors(const hf_config& cfg,
       }
     }
     if (cfg.arch->flags.hybrid) p.transform = qwen35_transform(spec, cfg.hp);
+    if (p.src.fused != tensor_source::half::none) p.transform.row_src = fused_rows(spec, p.src.fused);
     const bool qk = spec.name.ends_with(".attn_q.weight") || spec.name.ends_with(".attn_k.weight");
     if (cfg.arch->flags.rope == rope_style::normal && qk) {
       p.transform.row_src.resize(spec.shape[1]);
@@ -261,7 +333,7 @@ result<std::vector<planned_tensor>> plan_tensors(const hf_config& cfg,
     plan.push_back(std::move(p));
   }
   if (!by_gguf.empty()) {
-    const st_tensor* extra = by_gguf.begin()->second;
+    const st_tensor* extra = by_gguf.begin()->second.any();
     return make_error(*extra->file, ": tensor \"", extra->name, "\" (", by_gguf.begin()->first,
                       ") is not expected for ", cfg.model_type, " with ", cfg.hp.n_layer,
                       " layers");
@@ -311,6 +383,8 @@ result<hf_config> parse_hf_config(std::string_view json_text, const std::string&
     return make_error(label, ": model_type \"", cfg.model_type,
                       "\" is not supported (supported: ", join(k_model_types, ", "), ")");
   if (is_qwen35_type(cfg.model_type)) return parse_qwen35_config(j, label);
+  if (is_qwen35moe_type(cfg.model_type)) return parse_qwen35_config(j, label, true);
+  if (cfg.model_type == "qwen3_moe") return parse_qwen3moe_config(j, label);
   cfg.arch = find_arch(cfg.model_type);
   if (!cfg.arch)
     return make_error("architecture ", cfg.model_type, " is not in the architecture table");
@@ -447,10 +521,11 @@ result<import_summary> import_hf_model(const std::string& dir, const std::string
       opt.threads ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
   for (const auto& p : *plan) {
     const uint64_t n_in = p.spec->shape[0];
-    const uint64_t n_rows = p.spec->shape.size() > 1 ? p.spec->shape[1] : 1;
+    uint64_t n_rows = 1;  // 3-D expert tensors: n_expert·n_out rows
+    for (size_t d = 1; d < p.spec->shape.size(); ++d) n_rows *= p.spec->shape[d];
     TANDEM_TRY(w.add_tensor(
         p.spec->name, p.type, p.spec->shape, [&p, n_in, n_rows, threads](std::span<uint8_t> out) {
-          return convert_tensor(*p.src, p.type, n_in, n_rows, p.transform, threads, out);
+          return convert_tensor(p.src, p.type, n_in, n_rows, p.transform, threads, out);
         }));
   }
   summary.n_tensors = plan->size();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "convert/hf_import.h"
+#include "convert/safetensors.h"
 
 namespace tandem::hf_detail {
 
@@ -97,9 +98,37 @@ struct tensor_transform {
   value_op op = value_op::none;   // plus_one: HF's (1 + w) norms; neg_exp: ssm_a = -exp(A_log)
 };
 
-// qwen35 (Qwen3_5ForCausalLM / the text part of Qwen3_5ForConditionalGeneration).
-// `root` is the whole config.json; a "qwen3_5" config nests the text model in text_config.
-result<hf_config> parse_qwen35_config(const json& root, const std::string& label);
+// qwen35 (Qwen3_5ForCausalLM / the text part of Qwen3_5ForConditionalGeneration), or with moe
+// qwen35moe (Qwen3_5MoeForCausalLM / Qwen3_5MoeForConditionalGeneration). `root` is the whole
+// config.json; a "qwen3_5" / "qwen3_5_moe" config nests the text model in text_config.
+result<hf_config> parse_qwen35_config(const json& root, const std::string& label, bool moe = false);
+
+// Where a GGUF tensor's rows come from. One source tensor; or a routed-expert tensor stacked from
+// n_expert per-expert tensors (experts.E.gate_proj.weight, ...), whose rows follow each other in
+// expert order; or half of a fused experts.gate_up_proj [n_expert, 2·n_ff_exp, n_embd] (gate rows
+// first in each expert, as transformers' chunk(2) and llama.cpp's converter split it).
+struct tensor_source {
+  std::vector<const st_tensor*> parts;  // size 1, or n_expert when stacked; null: not seen yet
+  bool stacked = false;
+  enum class half { none, first, second } fused = half::none;
+  const st_tensor* any() const;  // the first part present, for names in messages
+};
+
+// qwen3moe (Qwen3MoeForCausalLM); `root` is config.json.
+result<hf_config> parse_qwen3moe_config(const json& root, const std::string& label);
+// The expert fields of a MoE text config: num_experts, num_experts_per_tok, moe_intermediate_size
+// (and shared_expert_intermediate_size when `shared`); the layout must be MoE in every layer.
+status read_moe_fields(const config_reader& c, hparams& hp, bool shared);
+
+// A MoE checkpoint's FFN tensor after "model.layers.N." (also under "model.language_model."):
+// the GGUF name, the expert a per-expert tensor belongs to, and whether it is a fused gate_up_proj
+// (then `gguf` names ffn_gate_exps and the second half goes to ffn_up_exps). nullopt otherwise.
+struct moe_name {
+  std::string gguf;
+  int expert = -1;
+  bool fused_gate_up = false;
+};
+std::optional<moe_name> map_moe_tensor_name(std::string_view hf_name, uint32_t n_expert);
 // Tensors a qwen35 checkpoint may hold that the text model does not use (vision tower, MTP head).
 bool qwen35_ignored_tensor(std::string_view hf_name);
 // HF -> GGUF names for qwen35 (also under the "model.language_model." prefix); nullopt otherwise.

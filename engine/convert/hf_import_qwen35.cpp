@@ -1,4 +1,4 @@
-// Qwen3.5 (qwen35) import, as llama.cpp's converter does it (conversion/qwen.py: Qwen3NextModel,
+// Qwen3.5 (qwen35, and qwen35moe's shared part) import, as llama.cpp's converter does it (conversion/qwen.py: Qwen3NextModel,
 // _LinearAttentionVReorderBase, _Qwen35MRopeMixin, Qwen3_5TextModel): config fields, tensor names,
 // +1 folded into the (1 + w) norms, ssm_a = -exp(A_log), and the V heads reordered from HF's
 // grouped order to ggml's tiled one.
@@ -57,13 +57,30 @@ hparams qwen35_defaults() {
   return hp;
 }
 
+// Qwen3_5MoeTextConfig's defaults (configuration_qwen3_5_moe.py): no dense FFN width, 256 experts.
+hparams qwen35moe_defaults() {
+  hparams hp = qwen35_defaults();
+  hp.n_embd = 2048;
+  hp.n_ff = 0;
+  hp.n_layer = 40;
+  hp.n_head = 16;
+  hp.n_head_kv = 2;
+  hp.n_expert = 256;
+  hp.n_expert_used = 8;
+  hp.n_ff_exp = 512;
+  hp.n_ff_shexp = 512;
+  hp.expert_weights_norm = true;  // its router renormalises the top-k always (no norm_topk_prob)
+  return hp;
+}
+
 // The text config: text_config's fields over the top-level ones (llama.cpp merges them the same
 // way), or the whole file for a qwen3_5_text config.
 result<json> text_fields(const json& root, const std::string& label) {
   auto it = root.find("text_config");
   if (it == root.end() || it->is_null()) {
-    if (root.value("model_type", "") == "qwen3_5")
-      return make_error(label, ": model_type \"qwen3_5\" needs a text_config object");
+    const std::string mt = root.value("model_type", "");
+    if (mt == "qwen3_5" || mt == "qwen3_5_moe")
+      return make_error(label, ": model_type \"", mt, "\" needs a text_config object");
     return root;
   }
   if (!it->is_object()) return make_error(label, ": field text_config must be an object");
@@ -184,17 +201,20 @@ std::vector<uint64_t> v_span_map(uint64_t offset, const hparams& hp, uint64_t he
 
 }  // namespace
 
-result<hf_config> parse_qwen35_config(const json& root, const std::string& label) {
+result<hf_config> parse_qwen35_config(const json& root, const std::string& label, bool moe) {
   auto text = text_fields(root, label);
   if (!text) return text.err();
   config_reader c(*text, label);
   hf_config cfg;
   cfg.model_type = root.value("model_type", "");
-  cfg.arch = find_arch("qwen35");
-  if (!cfg.arch) return make_error("architecture qwen35 is not in the architecture table");
-  cfg.hp = qwen35_defaults();
+  const char* arch = moe ? "qwen35moe" : "qwen35";
+  cfg.arch = find_arch(arch);
+  if (!cfg.arch) return make_error("architecture ", arch, " is not in the architecture table");
+  cfg.hp = moe ? qwen35moe_defaults() : qwen35_defaults();
   TANDEM_TRY(read_fields(c, cfg.hp));
+  if (moe) TANDEM_TRY(read_moe_fields(c, cfg.hp, true));
   auto st = check_hybrid_hparams(*cfg.arch, cfg.hp);
+  if (st) st = check_moe_hparams(*cfg.arch, cfg.hp);
   if (!st) return make_error(label, ": ", st.message());
   return cfg;
 }

@@ -1,4 +1,4 @@
-// Architecture tables (llama, qwen2, qwen3, qwen35): llama.cpp's metadata keys and tensor names, with the
+// Architecture tables (llama, qwen2, qwen3, qwen35, qwen3moe, qwen35moe): llama.cpp's metadata keys and tensor names, with the
 // shapes each tensor must have for given hyperparameters.
 #include "model/arch_spec.h"
 
@@ -14,16 +14,23 @@ namespace {
 // converter permutes the rows of q and k so that this matches Hugging Face's rotate_half. Qwen2
 // and Qwen3 are converted without that permutation and use LLAMA_ROPE_TYPE_NEOX (halves). Qwen3.5's
 // interleaved multi-section RoPE gives every section the same (text) position, which makes it NEOX
-// over the first rope.dimension_count dims.
-constexpr std::array<arch_spec, 4> k_archs = {{
+// over the first rope.dimension_count dims. The MoE variants keep their dense sibling's attention
+// and rope (llama.cpp: LLM_ARCH_QWEN3MOE and LLM_ARCH_QWEN35MOE are NEOX like QWEN3 and QWEN35).
+constexpr std::array<arch_spec, 6> k_archs = {{
     {"llama", arch_flags{.qk_norm = false, .qkv_bias = false, .rope = rope_style::normal, .hybrid = false}},
     {"qwen2", arch_flags{.qk_norm = false, .qkv_bias = true, .rope = rope_style::neox, .hybrid = false}},
     {"qwen3", arch_flags{.qk_norm = true, .qkv_bias = false, .rope = rope_style::neox, .hybrid = false}},
     {"qwen35", arch_flags{.qk_norm = true, .qkv_bias = false, .rope = rope_style::neox, .hybrid = true}},
+    {"qwen3moe",
+     arch_flags{.qk_norm = true, .qkv_bias = false, .rope = rope_style::neox, .hybrid = false, .moe = true}},
+    {"qwen35moe", arch_flags{.qk_norm = true, .qkv_bias = false, .rope = rope_style::neox, .hybrid = true,
+                             .moe = true, .shared_expert = true}},
 }};
 
 // Which dimension a layer tensor's shape is built from.
-enum class dim { embd, q_rows, q_out, kv_out, ff, head, dn_conv, dn_value, dn_vheads, dn_kernel, dn_vdim };
+enum class dim {
+  embd, q_rows, q_out, kv_out, ff, head, dn_conv, dn_value, dn_vheads, dn_kernel, dn_vdim, ff_exp, ff_shexp, expert
+};
 
 // The layer kinds a tensor belongs to.
 enum class kinds { all, attention, delta_net };
@@ -32,9 +39,10 @@ struct layer_tensor {
   std::string_view stem;    // "attn_q"; the name is blk.N.<stem><suffix>
   std::string_view suffix;  // ".weight", ".bias" or "" (ssm_a)
   tensor_role role;
-  std::array<dim, 2> shape;
+  std::array<dim, 3> shape;
   int rank;
-  enum class when { always, qkv_bias, qk_norm, plain, hybrid } cond;
+  // dense / moe: the FFN of a dense or an MoE architecture; shexp: its shared expert.
+  enum class when { always, qkv_bias, qk_norm, plain, hybrid, dense, moe, shexp } cond;
   kinds in;
   const gguf_tensor* layer_weights::*slot;
 };
@@ -63,9 +71,18 @@ constexpr lt k_layer_tensors[] = {
     {"ssm_out", ".weight", tensor_role::matrix, {dim::dn_value, dim::embd}, 2, lt::when::hybrid, kinds::delta_net, &layer_weights::dn_out},
     {"ffn_norm", ".weight", tensor_role::norm, {dim::embd, dim::embd}, 1, lt::when::plain, kinds::all, &layer_weights::ffn_norm},
     {"post_attention_norm", ".weight", tensor_role::norm, {dim::embd, dim::embd}, 1, lt::when::hybrid, kinds::all, &layer_weights::ffn_norm},
-    {"ffn_gate", ".weight", tensor_role::matrix, {dim::embd, dim::ff}, 2, lt::when::always, kinds::all, &layer_weights::ffn_gate},
-    {"ffn_up", ".weight", tensor_role::matrix, {dim::embd, dim::ff}, 2, lt::when::always, kinds::all, &layer_weights::ffn_up},
-    {"ffn_down", ".weight", tensor_role::matrix, {dim::ff, dim::embd}, 2, lt::when::always, kinds::all, &layer_weights::ffn_down},
+    {"ffn_gate", ".weight", tensor_role::matrix, {dim::embd, dim::ff}, 2, lt::when::dense, kinds::all, &layer_weights::ffn_gate},
+    {"ffn_up", ".weight", tensor_role::matrix, {dim::embd, dim::ff}, 2, lt::when::dense, kinds::all, &layer_weights::ffn_up},
+    {"ffn_down", ".weight", tensor_role::matrix, {dim::ff, dim::embd}, 2, lt::when::dense, kinds::all, &layer_weights::ffn_down},
+    // llama.cpp's converter order for MoE layers: router, the routed experts, then the shared one.
+    {"ffn_gate_inp", ".weight", tensor_role::router, {dim::embd, dim::expert}, 2, lt::when::moe, kinds::all, &layer_weights::ffn_gate_inp},
+    {"ffn_gate_exps", ".weight", tensor_role::matrix, {dim::embd, dim::ff_exp, dim::expert}, 3, lt::when::moe, kinds::all, &layer_weights::ffn_gate_exps},
+    {"ffn_up_exps", ".weight", tensor_role::matrix, {dim::embd, dim::ff_exp, dim::expert}, 3, lt::when::moe, kinds::all, &layer_weights::ffn_up_exps},
+    {"ffn_down_exps", ".weight", tensor_role::matrix, {dim::ff_exp, dim::embd, dim::expert}, 3, lt::when::moe, kinds::all, &layer_weights::ffn_down_exps},
+    {"ffn_gate_inp_shexp", ".weight", tensor_role::router, {dim::embd}, 1, lt::when::shexp, kinds::all, &layer_weights::ffn_gate_inp_shexp},
+    {"ffn_gate_shexp", ".weight", tensor_role::matrix, {dim::embd, dim::ff_shexp}, 2, lt::when::shexp, kinds::all, &layer_weights::ffn_gate_shexp},
+    {"ffn_up_shexp", ".weight", tensor_role::matrix, {dim::embd, dim::ff_shexp}, 2, lt::when::shexp, kinds::all, &layer_weights::ffn_up_shexp},
+    {"ffn_down_shexp", ".weight", tensor_role::matrix, {dim::ff_shexp, dim::embd}, 2, lt::when::shexp, kinds::all, &layer_weights::ffn_down_shexp},
 };
 
 uint64_t dim_value(dim d, const hparams& hp, bool hybrid) {
@@ -82,6 +99,9 @@ uint64_t dim_value(dim d, const hparams& hp, bool hybrid) {
     case dim::dn_vheads: return dn.n_v_heads;
     case dim::dn_kernel: return dn.kernel;
     case dim::dn_vdim: return dn.v_dim;
+    case dim::ff_exp: return hp.n_ff_exp;
+    case dim::ff_shexp: return hp.n_ff_shexp;
+    case dim::expert: return hp.n_expert;
   }
   return 0;
 }
@@ -95,6 +115,9 @@ bool wanted(const layer_tensor& t, const arch_flags& f, layer_kind kind) {
     case layer_tensor::when::qk_norm: return f.qk_norm;
     case layer_tensor::when::plain: return !f.hybrid;
     case layer_tensor::when::hybrid: return f.hybrid;
+    case layer_tensor::when::dense: return !f.moe;
+    case layer_tensor::when::moe: return f.moe;
+    case layer_tensor::when::shexp: return f.moe && f.shared_expert;
   }
   return false;
 }
@@ -180,6 +203,29 @@ status read_hybrid(const arch_spec& arch, const gguf_file& file, hparams& hp) {
   return check_hybrid_hparams(arch, hp);
 }
 
+status read_bool_opt(const gguf_file& f, const std::string& k, bool& out) {
+  if (!f.find(k)) return {};
+  auto v = f.get_bool(k);
+  if (!v) return v.err();
+  out = *v;
+  return {};
+}
+
+// The expert keys, with llama.cpp's defaults for the widths (n_ff / k and n_ff).
+status read_moe(const arch_spec& arch, const gguf_file& file, hparams& hp) {
+  TANDEM_TRY(read_u32(file, key(arch, "expert_count"), hp.n_expert));
+  TANDEM_TRY(read_u32(file, key(arch, "expert_used_count"), hp.n_expert_used));
+  hp.n_ff_exp = hp.n_ff / hp.n_expert_used;
+  TANDEM_TRY(read_u32_opt(file, key(arch, "expert_feed_forward_length"), hp.n_ff_exp));
+  if (arch.flags.shared_expert) {
+    hp.n_ff_shexp = hp.n_ff;
+    TANDEM_TRY(read_u32_opt(file, key(arch, "expert_shared_feed_forward_length"), hp.n_ff_shexp));
+  }
+  hp.expert_weights_norm = true;
+  TANDEM_TRY(read_bool_opt(file, key(arch, "expert_weights_norm"), hp.expert_weights_norm));
+  return check_moe_hparams(arch, hp);
+}
+
 }  // namespace
 
 uint32_t hparams::n_attention_layers() const {
@@ -215,6 +261,24 @@ status check_hybrid_hparams(const arch_spec& arch, const hparams& hp) {
   if (hp.ssm_state % 8 != 0 || dv % 8 != 0 || hp.ssm_state > 256 || dv > 256)
     return make_error("DeltaNet head sizes (", k("ssm.state_size"), " ", hp.ssm_state, ", value ", dv,
                       ") must be multiples of 8 up to 256");
+  return {};
+}
+
+status check_moe_hparams(const arch_spec& arch, const hparams& hp) {
+  if (!arch.flags.moe) return {};
+  const auto k = [&](std::string_view s) { return key(arch, s); };
+  // 65536 experts would already be 100x any released model; the bound keeps products in range.
+  if (hp.n_expert == 0 || hp.n_expert > 65536)
+    return make_error(k("expert_count"), " (", hp.n_expert, ") must be 1..65536");
+  if (hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert)
+    return make_error(k("expert_used_count"), " (", hp.n_expert_used, ") must be 1..", k("expert_count"), " (",
+                      hp.n_expert, ")");
+  if (hp.n_ff_exp == 0)
+    return make_error(k("expert_feed_forward_length"), " is missing or zero (and ", k("feed_forward_length"), " / ",
+                      k("expert_used_count"), " gives no default)");
+  if (arch.flags.shared_expert && hp.n_ff_shexp == 0)
+    return make_error(k("expert_shared_feed_forward_length"), " is missing or zero (and ", k("feed_forward_length"),
+                      " gives no default)");
   return {};
 }
 
@@ -257,7 +321,9 @@ result<hparams> read_hparams(const arch_spec& arch, const gguf_file& file) {
   TANDEM_TRY(read_u32(file, key(arch, "context_length"), hp.n_ctx_train));
   TANDEM_TRY(read_u32(file, key(arch, "embedding_length"), hp.n_embd));
   TANDEM_TRY(read_u32(file, key(arch, "block_count"), hp.n_layer));
-  TANDEM_TRY(read_u32(file, key(arch, "feed_forward_length"), hp.n_ff));
+  // MoE files need no dense FFN width (llama.cpp's qwen35moe converter writes none).
+  if (arch.flags.moe) TANDEM_TRY(read_u32_opt(file, key(arch, "feed_forward_length"), hp.n_ff));
+  else TANDEM_TRY(read_u32(file, key(arch, "feed_forward_length"), hp.n_ff));
   TANDEM_TRY(read_u32(file, key(arch, "attention.head_count"), hp.n_head));
   hp.n_head_kv = hp.n_head;  // llama.cpp's default when the key is absent
   TANDEM_TRY(read_u32_opt(file, key(arch, "attention.head_count_kv"), hp.n_head_kv));
@@ -286,6 +352,7 @@ result<hparams> read_hparams(const arch_spec& arch, const gguf_file& file) {
   TANDEM_TRY(read_f32_opt(file, key(arch, "rope.freq_base"), hp.rope_theta));
   hp.tied_output = file.find_tensor("output.weight") == nullptr;
   if (arch.flags.hybrid) TANDEM_TRY(read_hybrid(arch, file, hp));
+  if (arch.flags.moe) TANDEM_TRY(read_moe(arch, file, hp));
   return hp;
 }
 
@@ -295,7 +362,7 @@ void write_hparams(const arch_spec& arch, const hparams& hp, gguf_writer& out) {
   out.set_u32(key(arch, "context_length"), hp.n_ctx_train);
   out.set_u32(key(arch, "embedding_length"), hp.n_embd);
   out.set_u32(key(arch, "block_count"), hp.n_layer);
-  out.set_u32(key(arch, "feed_forward_length"), hp.n_ff);
+  if (hp.n_ff || !arch.flags.moe) out.set_u32(key(arch, "feed_forward_length"), hp.n_ff);
   out.set_u32(key(arch, "attention.head_count"), hp.n_head);
   out.set_u32(key(arch, "attention.head_count_kv"), hp.n_head_kv);
   out.set_u32(key(arch, "attention.key_length"), hp.head_dim);
@@ -303,6 +370,13 @@ void write_hparams(const arch_spec& arch, const hparams& hp, gguf_writer& out) {
   out.set_u32(key(arch, "rope.dimension_count"), hp.rope_dim ? hp.rope_dim : hp.head_dim);
   out.set_f32(key(arch, "attention.layer_norm_rms_epsilon"), hp.rms_eps);
   out.set_f32(key(arch, "rope.freq_base"), hp.rope_theta);
+  if (arch.flags.moe) {
+    out.set_u32(key(arch, "expert_count"), hp.n_expert);
+    out.set_u32(key(arch, "expert_used_count"), hp.n_expert_used);
+    out.set_u32(key(arch, "expert_feed_forward_length"), hp.n_ff_exp);
+    if (arch.flags.shared_expert) out.set_u32(key(arch, "expert_shared_feed_forward_length"), hp.n_ff_shexp);
+    out.set_bool(key(arch, "expert_weights_norm"), hp.expert_weights_norm);
+  }
   if (!arch.flags.hybrid) return;
   out.set_u32(key(arch, "full_attention_interval"), hp.full_attn_interval);
   out.set_u32(key(arch, "ssm.conv_kernel"), hp.ssm_conv_kernel);

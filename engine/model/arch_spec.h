@@ -27,6 +27,11 @@ struct arch_flags {
   // attention layers carry an output gate in attn_q ([q, gate] per head) and the FFN norm is
   // named post_attention_norm.
   bool hybrid = false;
+  // Mixture of experts (qwen3moe, qwen35moe): every layer's FFN is n_expert routed SwiGLU experts
+  // (ffn_gate_inp router, 3-D ffn_{gate,up,down}_exps) in place of ffn_gate/up/down; with
+  // shared_expert one more SwiGLU FFN (ffn_*_shexp) is added, scaled by sigmoid(ffn_gate_inp_shexp·x).
+  bool moe = false;
+  bool shared_expert = false;
 };
 
 // Hyperparameters as llama.cpp names them under "<arch>." keys.
@@ -51,6 +56,15 @@ struct hparams {
   uint32_t ssm_dt_rank = 0;         // .ssm.time_step_rank: value heads Hv
   uint32_t ssm_inner = 0;           // .ssm.inner_size: Hv · dv
   std::array<uint32_t, 4> rope_sections{};  // .rope.dimension_sections (multi-section RoPE)
+  // Mixture-of-experts architectures only (0 elsewhere). n_ff is then optional (qwen35moe files
+  // have no feed_forward_length) and unused: the experts have their own width.
+  uint32_t n_expert = 0;       // .expert_count
+  uint32_t n_expert_used = 0;  // .expert_used_count: experts per token (k)
+  uint32_t n_ff_exp = 0;       // .expert_feed_forward_length; default n_ff / n_expert_used (llama.cpp)
+  uint32_t n_ff_shexp = 0;     // .expert_shared_feed_forward_length; default n_ff; 0 without a shared expert
+  // Whether the k routing weights are renormalised to sum 1 (.expert_weights_norm; llama.cpp
+  // always does for qwen3moe and qwen35moe, so absent means true there).
+  bool expert_weights_norm = false;
 
   bool hybrid() const { return full_attn_interval != 0; }
   layer_kind kind(uint32_t il) const {
@@ -58,6 +72,7 @@ struct hparams {
   }
   uint32_t n_attention_layers() const;
   uint32_t n_delta_net_layers() const { return n_layer - n_attention_layers(); }
+  bool moe() const { return n_expert != 0; }
 };
 
 // The sizes of one Gated DeltaNet layer, derived from the ssm.* hyperparameters.
@@ -81,6 +96,8 @@ enum class tensor_role {
   bias,
   conv,    // a depthwise conv kernel {K, channels} (f32)
   decay,   // a negative per-head rate (ssm_a = -exp(A_log), f32)
+  router,  // an MoE gate: ffn_gate_inp {n_embd, n_expert}, ffn_gate_inp_shexp {n_embd}; kept float
+           // (llama.cpp's converter writes them F32 and llama-quantize leaves them)
 };
 // Whether files keep tensors of this role quantized (matrices) or as float vectors.
 inline bool role_is_matrix(tensor_role r) { return r == tensor_role::matrix || r == tensor_role::embedding; }
@@ -94,7 +111,7 @@ struct tensor_spec {
 };
 
 struct arch_spec {
-  std::string_view name;  // "llama", "qwen2", "qwen3", "qwen35"
+  std::string_view name;  // "llama", "qwen2", "qwen3", "qwen35", "qwen3moe", "qwen35moe"
   arch_flags flags;
 };
 
@@ -110,6 +127,8 @@ std::vector<tensor_spec> expected_tensors(const arch_spec& arch, const hparams& 
 result<hparams> read_hparams(const arch_spec& arch, const gguf_file& file);
 // Checks the hybrid (ssm.*) hyperparameters against each other; read_hparams calls it.
 status check_hybrid_hparams(const arch_spec& arch, const hparams& hp);
+// Checks the expert hyperparameters (counts and widths) against each other; read_hparams calls it.
+status check_moe_hparams(const arch_spec& arch, const hparams& hp);
 // Writes general.architecture and the "<arch>.*" keys as llama.cpp's converter does.
 void write_hparams(const arch_spec& arch, const hparams& hp, gguf_writer& out);
 

@@ -35,9 +35,23 @@ struct layer_weights {
   const gguf_tensor* dn_out = nullptr;      // ssm_out: Hv·dv -> n_embd
   // FFN (every layer).
   const gguf_tensor* ffn_norm = nullptr;  // hybrid: post_attention_norm
+  // Dense FFN (absent in MoE layers).
   const gguf_tensor* ffn_gate = nullptr;
   const gguf_tensor* ffn_up = nullptr;
   const gguf_tensor* ffn_down = nullptr;
+  // MoE FFN (n_expert > 0). The expert tensors are 3-D in GGUF order (dims[0] contiguous): expert e
+  // of ffn_gate_exps / ffn_up_exps {n_embd, n_ff_exp, n_expert} is rows [e·n_ff_exp, (e+1)·n_ff_exp)
+  // of n_embd elements; of ffn_down_exps {n_ff_exp, n_embd, n_expert} rows [e·n_embd, (e+1)·n_embd)
+  // of n_ff_exp elements. Each expert is an ordinary {n_in, n_out} matrix at a row offset.
+  const gguf_tensor* ffn_gate_inp = nullptr;   // router {n_embd, n_expert}: logits = W·x (float type)
+  const gguf_tensor* ffn_gate_exps = nullptr;  // {n_embd, n_ff_exp, n_expert}
+  const gguf_tensor* ffn_up_exps = nullptr;    // {n_embd, n_ff_exp, n_expert}
+  const gguf_tensor* ffn_down_exps = nullptr;  // {n_ff_exp, n_embd, n_expert}
+  // Shared expert (arch_flags::shared_expert): every token, scaled by sigmoid(ffn_gate_inp_shexp·x).
+  const gguf_tensor* ffn_gate_inp_shexp = nullptr;  // {n_embd} (float type; files may add a unit dim)
+  const gguf_tensor* ffn_gate_shexp = nullptr;      // {n_embd, n_ff_shexp}
+  const gguf_tensor* ffn_up_shexp = nullptr;        // {n_embd, n_ff_shexp}
+  const gguf_tensor* ffn_down_shexp = nullptr;      // {n_ff_shexp, n_embd}
 };
 
 }  // namespace tandem

@@ -183,9 +183,10 @@ status add_delta_net(const model_desc& desc, const layer_weights& l, const devic
 }
 
 // One layer's tensors as the share cuts them, in upload_weights' order: the two norms, the mixer
-// of the layer's kind (when the share has any of its heads), the FFN (when it has columns).
+// of the layer's kind (when the share has any of its heads), the FFN (when it has columns). A MoE
+// layer's routed experts go to `experts`.
 status add_layer(const model_desc& desc, uint32_t il, const device_share& s, placement_kind norm_kind,
-                 weight_layout& w) {
+                 weight_layout& w, weight_layout& experts) {
   const auto& hp = desc.hp;
   const layer_weights& l = desc.layers[il];
   TANDEM_TRY(w.vector(l.attn_norm, norm_kind));
@@ -194,6 +195,17 @@ status add_layer(const model_desc& desc, uint32_t il, const device_share& s, pla
     if (s.kv_head_end > s.kv_head_begin) TANDEM_TRY(add_attention(desc, l, s, norm_kind, w));
   } else if (s.dn_head_end > s.dn_head_begin) {
     TANDEM_TRY(add_delta_net(desc, l, s, norm_kind, w));
+  }
+  if (hp.moe()) {
+    // Whole on the layer's device (make_memory_plan refuses a tensor split of MoE models): the
+    // router and shared expert with the other weights, the routed experts in their own buffer.
+    TANDEM_TRY(w.matrix(l.ffn_gate_inp, placement_kind::whole, 0, 0));
+    TANDEM_TRY(w.vector(l.ffn_gate_inp_shexp, norm_kind));
+    for (const gguf_tensor* t : {l.ffn_gate_shexp, l.ffn_up_shexp, l.ffn_down_shexp})
+      TANDEM_TRY(w.matrix(t, placement_kind::whole, 0, 0));
+    for (const gguf_tensor* t : {l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps})
+      TANDEM_TRY(experts.matrix(t, placement_kind::whole, 0, 0));
+    return {};
   }
   const bool all_ffn = s.ffn_begin == 0 && s.ffn_end == hp.n_ff;
   const auto frows = all_ffn ? placement_kind::whole : placement_kind::rows;
@@ -258,7 +270,7 @@ share_dims dims_of(const hparams& hp, const device_share& s) {
     d.q_heads = d.kv_heads * (hp.n_head / hp.n_head_kv);
     d.QD = d.q_heads * hp.head_dim;
     d.KD = d.kv_heads * hp.head_dim;
-    d.F = s.ffn_end - s.ffn_begin;
+    d.F = hp.moe() ? 0 : s.ffn_end - s.ffn_begin;  // MoE layers: moe_activation_bytes
   }
   if (hp.hybrid() && s.layer_end > s.layer_begin) {
     const delta_net_shape dn = delta_net_of(hp);
@@ -268,6 +280,18 @@ share_dims dims_of(const hparams& hp, const device_share& s) {
     d.V = d.dn_v * dn.v_dim;
   }
   return d;
+}
+
+// The MoE FFN's per-batch buffers, as the CPU reference holds them (no CUDA MoE path exists yet;
+// the lead's one should keep to this or change it here): router logits (T·n_expert), the k
+// selected ids and weights per token, the gathered inputs and expert outputs of the T·k (token,
+// expert) pairs, their gate and up rows (T·k·n_ff_exp each), and the shared expert's gate and up.
+uint64_t moe_activation_bytes(const hparams& hp, uint64_t T, bool has_layers,
+                              const std::function<uint64_t(uint64_t)>& alloc) {
+  if (!hp.moe() || !has_layers) return 0;
+  const uint64_t f = sizeof(float), k = hp.n_expert_used, E = hp.n_embd;
+  return alloc(T * hp.n_expert * f) + 2 * alloc(T * k * 4) + 2 * alloc(T * k * E * f) +
+         2 * alloc(T * k * hp.n_ff_exp * f) + 2 * alloc(T * hp.n_ff_shexp * f);
 }
 
 // ensure_scratch for n_batch tokens with the device's heads and FFN columns, the packed per-batch
@@ -289,7 +313,7 @@ uint64_t activation_bytes(const model_desc& desc, const plan_options& opt, const
   const uint64_t runs = std::min<uint64_t>(opt.n_seqs, T);
   act += alloc((5 * T + L + runs * table_width + (desc.hp.hybrid() ? 4 * runs : 0)) * 4);
   if (s.output) act += alloc(L * E * f) + alloc(L * hp.n_vocab * f) + alloc(L * sizeof(int32_t));
-  return act;
+  return act + moe_activation_bytes(hp, T, s.layer_end > s.layer_begin, alloc);
 }
 
 // The fp16 weight tile, the mat-vec's int8 x and the paged attention's partials (allocated by
@@ -326,9 +350,12 @@ result<device_usage> device_footprint(const model_desc& desc, const plan_options
     w.note_output_head(desc.output);
     TANDEM_TRY(w.vector(desc.output_norm, placement_kind::whole));
   }
-  for (uint32_t il = s.layer_begin; il < s.layer_end; ++il) TANDEM_TRY(add_layer(desc, il, s, norm_kind, w));
+  weight_layout experts(device_index, placements);
+  for (uint32_t il = s.layer_begin; il < s.layer_end; ++il)
+    TANDEM_TRY(add_layer(desc, il, s, norm_kind, w, experts));
   u.weights = alloc(w.matrix_bytes()) + alloc(w.vector_bytes());
-  u.tensor_bytes = w.file_bytes();
+  u.experts = alloc(experts.matrix_bytes());
+  u.tensor_bytes = w.file_bytes() + experts.file_bytes();
 
   // KV cache: cuda_kv_cache allocates K and V as one buffer each over the device's attention layers.
   const share_dims d = dims_of(hp, s);
@@ -350,9 +377,11 @@ result<device_usage> device_footprint(const model_desc& desc, const plan_options
   }
 
   u.activations = activation_bytes(desc, opt, s, d, blocks_per_seq, alloc);
-  u.workspace = workspace_bytes(desc, opt, d, w.largest_elems(), alloc);
+  // One expert is the largest matrix the weight tile ever holds of an expert tensor.
+  const uint64_t largest = std::max(w.largest_elems(), experts.largest_elems() / std::max(1u, hp.n_expert));
+  u.workspace = workspace_bytes(desc, opt, d, largest, alloc);
   u.overhead = device_overhead_bytes(opt, n_used_devices);
-  u.total = u.weights + u.kv_cache + u.state + u.activations + u.workspace + u.overhead;
+  u.total = u.weights + u.experts + u.kv_cache + u.state + u.activations + u.workspace + u.overhead;
   return u;
 }
 

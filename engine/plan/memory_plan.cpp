@@ -18,6 +18,12 @@ status check_options(const model_desc& desc, const plan_options& o) {
   if (desc.hp.n_head_kv == 0 || desc.hp.n_head % desc.hp.n_head_kv != 0)
     return make_error("plan: ", desc.hp.n_head, " query heads do not divide into ", desc.hp.n_head_kv, " KV heads");
   if (auto st = check_hybrid_hparams(*desc.arch, desc.hp); !st.ok()) return make_error("plan: ", st.message());
+  if (auto st = check_moe_hparams(*desc.arch, desc.hp); !st.ok()) return make_error("plan: ", st.message());
+  // Experts are whole per layer: a layer split carries them, a tensor split would have to cut
+  // them (by expert or by columns), which no backend does yet.
+  if (desc.hp.moe() && o.split == split_mode::tensor && o.devices.size() > 1)
+    return make_error("plan: a tensor split of ", desc.arch->name,
+                      " (mixture of experts) is not supported yet; use split layer or none");
   if (o.devices.empty()) return make_error("plan: no devices given");
   for (size_t i = 0; i < o.devices.size(); ++i)
     if (o.devices[i].total_bytes == 0) return make_error("plan: device ", i, " (", o.devices[i].name, ") has no memory");
@@ -55,7 +61,8 @@ uint64_t capacity_of(const device_spec& d, const runtime_constants& rt) {
 // FFN columns are cut at multiples of every ffn_down type's block (its rows are those columns).
 uint64_t ffn_unit(const model_desc& desc) {
   uint64_t unit = 1;
-  for (const auto& l : desc.layers) unit = std::lcm(unit, uint64_t{type_info(l.ffn_down->type).block_size});
+  for (const auto& l : desc.layers)
+    if (l.ffn_down) unit = std::lcm(unit, uint64_t{type_info(l.ffn_down->type).block_size});
   return unit;
 }
 
@@ -169,7 +176,8 @@ status evaluate(const model_desc& desc, const plan_options& o, const std::vector
       p.fits = false;
       p.reasons.push_back(make_error(
           "device ", d, " (", o.devices[d].name, ") needs ", plan_bytes_text(du.total), " (weights ",
-          plan_bytes_text(du.weights), ", KV cache ", plan_bytes_text(du.kv_cache),
+          plan_bytes_text(du.weights), du.experts ? ", experts " + plan_bytes_text(du.experts) : std::string(),
+          ", KV cache ", plan_bytes_text(du.kv_cache),
           du.state ? ", recurrent state " + plan_bytes_text(du.state) : std::string(), ", activations ",
           plan_bytes_text(du.activations), ", workspace ", plan_bytes_text(du.workspace), ", overhead ",
           plan_bytes_text(du.overhead), ") but has ", plan_bytes_text(du.available), " available (",
@@ -353,7 +361,9 @@ result<memory_plan> make_memory_plan(const model_desc& desc, const plan_options&
   for (const auto& l : desc.layers)
     for (const gguf_tensor* t : {l.attn_norm, l.wq, l.wk, l.wv, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.wo, l.dn_qkv,
                                  l.dn_gate, l.dn_conv, l.dn_dt_bias, l.dn_a, l.dn_beta, l.dn_alpha, l.dn_norm, l.dn_out,
-                                 l.ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down})
+                                 l.ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down, l.ffn_gate_inp, l.ffn_gate_exps,
+                                 l.ffn_up_exps, l.ffn_down_exps, l.ffn_gate_inp_shexp, l.ffn_gate_shexp,
+                                 l.ffn_up_shexp, l.ffn_down_shexp})
       if (t) p.model_tensor_bytes += t->n_bytes;
 
   std::vector<double> shares(n, 0);

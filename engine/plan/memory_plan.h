@@ -47,6 +47,7 @@ struct tensor_placement {
 // allocation rounded up to the allocation granularity.
 struct device_usage {
   uint64_t weights = 0;      // matrices in GGUF types (256-byte aligned) + float32 norms/biases
+  uint64_t experts = 0;      // MoE models: the routed experts' 3-D tensors, one buffer of their own
   uint64_t kv_cache = 0;     // K and V of the device's attention layers and KV heads
   // Hybrid models: every sequence's recurrent state (conv inputs and S, fp32) of the device's
   // DeltaNet layers and heads, plus the checkpoint copy the cache keeps of it (kv_cache.h).

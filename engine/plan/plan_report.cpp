@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plan/active_weights.h"
 #include "plan/plan_parse.h"
 
 namespace tandem {
@@ -98,6 +99,16 @@ std::string plan_to_json(const model_desc& desc, const memory_plan& p, bool with
                                {"n_v_heads", dn.n_v_heads},          {"k_dim", dn.k_dim},
                                {"v_dim", dn.v_dim},                  {"conv_kernel", dn.kernel}};
   }
+  if (hp.moe()) {
+    const active_weights a = active_per_token(desc);
+    j["model"]["experts"] = {{"n_expert", hp.n_expert},
+                             {"n_expert_used", hp.n_expert_used},
+                             {"n_ff_exp", hp.n_ff_exp},
+                             {"n_ff_shexp", hp.n_ff_shexp},
+                             {"weights_norm", hp.expert_weights_norm},
+                             {"expert_bytes", routed_expert_bytes(desc)},
+                             {"active_bytes_per_token", a.bytes}};
+  }
   j["run"] = {{"n_ctx", p.n_ctx},       {"n_seqs", p.n_seqs},         {"n_batch", p.n_batch},
               {"n_logits", p.n_logits}, {"block_size", p.block_size}, {"kv_type", std::string(type_name(p.kv_type))}};
   j["split"] = std::string(split_mode_name(p.split));
@@ -127,7 +138,8 @@ std::string plan_to_json(const model_desc& desc, const memory_plan& p, bool with
       for (const auto& [b, en] : delta_net_value_runs(hp, s)) runs.push_back({b, en});
       e["share"]["delta_net_v_heads"] = runs;
     }
-    e["bytes"] = {{"weights", u.weights},         {"kv_cache", u.kv_cache},   {"recurrent_state", u.state},
+    e["bytes"] = {{"weights", u.weights},         {"experts", u.experts},     {"kv_cache", u.kv_cache},
+                  {"recurrent_state", u.state},
                   {"activations", u.activations}, {"workspace", u.workspace}, {"overhead", u.overhead},
                   {"total", u.total}};
     e["tensor_bytes"] = u.tensor_bytes;
@@ -170,6 +182,15 @@ std::string plan_to_text(const model_desc& desc, const memory_plan& p) {
                   dn.kernel);
     os << line;
   }
+  if (hp.moe()) {
+    const active_weights a = active_per_token(desc);
+    std::snprintf(line, sizeof line,
+                  "         %u experts of %u, %u per token%s%s; experts %s, a decode token reads %s of weights\n",
+                  hp.n_expert, hp.n_ff_exp, hp.n_expert_used, hp.expert_weights_norm ? " (renormalised)" : "",
+                  hp.n_ff_shexp ? (", shared expert of " + std::to_string(hp.n_ff_shexp)).c_str() : "",
+                  plan_bytes_text(routed_expert_bytes(desc)).c_str(), plan_bytes_text(a.bytes).c_str());
+    os << line;
+  }
   std::snprintf(line, sizeof line, "run      context %u x %u sequence%s, batch %u, %u logit row%s per batch, KV %s\n",
                 p.n_ctx, p.n_seqs, p.n_seqs == 1 ? "" : "s", p.n_batch, p.n_logits, p.n_logits == 1 ? "" : "s",
                 std::string(type_name(p.kv_type)).c_str());
@@ -190,14 +211,23 @@ std::string plan_to_text(const model_desc& desc, const memory_plan& p) {
     if (any_state) std::snprintf(cell, sizeof cell, " %11s", v.c_str());
     return std::string(cell);
   };
-  std::snprintf(line, sizeof line, "%-22s %11s %11s%s %11s %11s %11s %11s %11s  %s\n", "device", "weights", "KV cache",
-                state_cell("state").c_str(), "activations", "workspace", "overhead", "total", "available", "fits");
+  // The experts column only for MoE models.
+  const bool any_experts = hp.moe();
+  auto experts_cell = [any_experts](const std::string& v) {
+    char cell[32] = "";
+    if (any_experts) std::snprintf(cell, sizeof cell, " %11s", v.c_str());
+    return std::string(cell);
+  };
+  std::snprintf(line, sizeof line, "%-22s %11s%s %11s%s %11s %11s %11s %11s %11s  %s\n", "device", "weights",
+                experts_cell("experts").c_str(), "KV cache", state_cell("state").c_str(), "activations", "workspace",
+                "overhead", "total", "available", "fits");
   os << line;
   for (size_t d = 0; d < p.devices.size(); ++d) {
     const auto& u = p.usage[d];
     const std::string label = std::to_string(d) + " " + p.devices[d].name.substr(0, 19);
-    std::snprintf(line, sizeof line, "%-22s %11s %11s%s %11s %11s %11s %11s %11s  %s\n", label.c_str(),
-                  plan_bytes_text(u.weights).c_str(), plan_bytes_text(u.kv_cache).c_str(),
+    std::snprintf(line, sizeof line, "%-22s %11s%s %11s%s %11s %11s %11s %11s %11s  %s\n", label.c_str(),
+                  plan_bytes_text(u.weights).c_str(), experts_cell(plan_bytes_text(u.experts)).c_str(),
+                  plan_bytes_text(u.kv_cache).c_str(),
                   state_cell(plan_bytes_text(u.state)).c_str(), plan_bytes_text(u.activations).c_str(),
                   plan_bytes_text(u.workspace).c_str(), plan_bytes_text(u.overhead).c_str(),
                   plan_bytes_text(u.total).c_str(), plan_bytes_text(u.available).c_str(), u.fits ? "yes" : "NO");

@@ -116,5 +116,24 @@ TEST(QuantMix, EightExpertModelsKeepAttentionKVAtQ8) {
   EXPECT_EQ(pick("Q4_K_M", "blk.0.attn_output.weight", 4096, c), ggml_type::q5_k);
 }
 
+// Qwen MoE files: the routers stay float (llama-quantize skips ffn_gate_inp; the shared expert's
+// gate is 1-D), the 3-D experts are matrices, and every ffn_down (routed and shared) follows
+// use_more_bits by its layer number, as llama.cpp parses it from the name for MoE models.
+TEST(QuantMix, MoeExpertsFollowTheFfnDownRuleByLayer) {
+  EXPECT_FALSE(is_quantizable("blk.0.ffn_gate_inp.weight", 2));
+  EXPECT_FALSE(is_quantizable("blk.0.ffn_gate_inp_shexp.weight", 1));
+  EXPECT_TRUE(is_quantizable("blk.0.ffn_gate_exps.weight", 3));
+  std::vector<std::string> names{"output.weight"};
+  for (int l = 0; l < 48; ++l) names.push_back("blk." + std::to_string(l) + ".attn_v.weight");
+  const auto c = make_mix_context(names, 48, 128);
+  for (int i = 0; i < 48; ++i) {
+    const bool more = i < 6 || i >= 42 || (i - 6) % 3 == 2;
+    const std::string blk = "blk." + std::to_string(i) + ".";
+    EXPECT_EQ(pick("Q4_K_M", blk + "ffn_down_exps.weight", 768, c), more ? ggml_type::q6_k : ggml_type::q4_k) << i;
+    EXPECT_EQ(pick("Q4_K_M", blk + "ffn_down_shexp.weight", 768, c), more ? ggml_type::q6_k : ggml_type::q4_k) << i;
+    EXPECT_EQ(pick("Q4_K_M", blk + "ffn_gate_exps.weight", 2048, c), ggml_type::q4_k) << i;
+  }
+}
+
 }  // namespace
 }  // namespace tandem

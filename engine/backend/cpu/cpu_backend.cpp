@@ -1,11 +1,13 @@
 // CPU forward pass for the llama / qwen2 / qwen3 family and the qwen35 hybrid (Gated DeltaNet
-// and gated attention layers), driven by the arch flags and each layer's kind.
+// and gated attention layers), driven by the arch flags and each layer's kind; MoE architectures
+// (qwen3moe, qwen35moe) take the routed-expert FFN of moe_ops in every layer.
 #include "backend/cpu/cpu_backend.h"
 
 #include <cmath>
 #include <vector>
 
 #include "backend/cpu/delta_net_ops.h"
+#include "backend/cpu/moe_ops.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/thread_pool.h"
 #include "quant/quant.h"
@@ -78,10 +80,33 @@ struct cpu_layer {
   // Gated DeltaNet layers.
   std::vector<float> dn_conv, dn_dt_bias, dn_a, dn_norm;
   weight_view dn_qkv, dn_gate, dn_beta, dn_alpha, dn_out;
+  moe_weights moe;  // MoE layers (moe.n_expert > 0) in place of gate/up/down
   uint32_t index = 0;  // among the layers of its kind (the cache's attention or state index)
 };
 
 weight_view view_or_empty(const gguf_tensor* t) { return t ? make_weight_view(*t) : weight_view{}; }
+
+// An MoE layer's router, experts and shared expert (empty for dense layers).
+moe_weights moe_of(const layer_weights& lw, const hparams& hp) {
+  moe_weights m;
+  if (!hp.moe()) return m;
+  m.router = make_weight_view(*lw.ffn_gate_inp);
+  m.gate_exps = make_weight_view(*lw.ffn_gate_exps);
+  m.up_exps = make_weight_view(*lw.ffn_up_exps);
+  m.down_exps = make_weight_view(*lw.ffn_down_exps);
+  m.n_expert = int(hp.n_expert);
+  m.n_used = int(hp.n_expert_used);
+  m.n_ff_exp = hp.n_ff_exp;
+  m.renorm = hp.expert_weights_norm;
+  if (lw.ffn_gate_inp_shexp) {
+    m.shexp_gate = to_floats(lw.ffn_gate_inp_shexp);
+    m.gate_shexp = make_weight_view(*lw.ffn_gate_shexp);
+    m.up_shexp = make_weight_view(*lw.ffn_up_shexp);
+    m.down_shexp = make_weight_view(*lw.ffn_down_shexp);
+    m.n_ff_shexp = hp.n_ff_shexp;
+  }
+  return m;
+}
 
 // A sequence's consecutive rows of a batch (hybrid batches keep each sequence's tokens together).
 struct seq_run {
@@ -126,9 +151,10 @@ class cpu_backend final : public backend {
       l.dn_beta = view_or_empty(lw.dn_beta);
       l.dn_alpha = view_or_empty(lw.dn_alpha);
       l.dn_out = view_or_empty(lw.dn_out);
-      l.gate = make_weight_view(*lw.ffn_gate);
-      l.up = make_weight_view(*lw.ffn_up);
-      l.down = make_weight_view(*lw.ffn_down);
+      l.gate = view_or_empty(lw.ffn_gate);
+      l.up = view_or_empty(lw.ffn_up);
+      l.down = view_or_empty(lw.ffn_down);
+      l.moe = moe_of(lw, desc_.hp);
       layers_.push_back(std::move(l));
     }
     embd_ = make_weight_view(*desc_.token_embd);
@@ -168,6 +194,7 @@ class cpu_backend final : public backend {
   // Hybrid scratch: attn_q's [q, gate] rows and the gate; DeltaNet projections, conv output,
   // gates and the rule's output.
   std::vector<float> qg_, qgate_, qkv_, conv_, z_, dn_a_, dn_b_, dn_g_, dn_beta_, dn_o_;
+  moe_scratch moe_;
 };
 
 status cpu_backend::forward(const batch& b, kv_cache& cache_base, std::vector<float>& logits) {
@@ -183,8 +210,10 @@ status cpu_backend::forward(const batch& b, kv_cache& cache_base, std::vector<fl
   att_.resize(q_.size());
   k_.resize(T * hp.n_head_kv * hp.head_dim);
   v_.resize(k_.size());
-  gate_.resize(T * hp.n_ff);
-  up_.resize(gate_.size());
+  if (!hp.moe()) {  // MoE layers size their own scratch
+    gate_.resize(T * hp.n_ff);
+    up_.resize(gate_.size());
+  }
   if (hp.hybrid()) {
     const delta_net_shape dn = delta_net_of(hp);
     qg_.resize(2 * q_.size());
@@ -281,6 +310,11 @@ void cpu_backend::ffn_block(uint32_t il, int64_t T) {
   const int64_t E = hp.n_embd;
   for (int64_t t = 0; t < T; ++t)
     rms_norm(x_.data() + t * E, L.ffn_norm.data(), xn_.data() + t * E, E, hp.rms_eps);
+  if (L.moe.n_expert > 0) {
+    moe_ffn(pool_, L.moe, xn_.data(), T, E, tmp_.data(), moe_);
+    for (int64_t i = 0; i < T * E; ++i) x_[i] += tmp_[i];
+    return;
+  }
   matmul(pool_, L.gate, xn_.data(), T, gate_.data());
   matmul(pool_, L.up, xn_.data(), T, up_.data());
   swiglu(gate_.data(), up_.data(), gate_.data(), T * hp.n_ff);

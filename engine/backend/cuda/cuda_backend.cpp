@@ -558,6 +558,8 @@ result<std::unique_ptr<cuda_backend_api>> make_cuda_backend(const model_desc& de
     return make_error("CUDA backend: head size ", hp.head_dim, " is not supported (32, 64, 128 or 256)");
   if (hp.n_head % hp.n_head_kv != 0)
     return make_error("CUDA backend: ", hp.n_head, " query heads do not divide into ", hp.n_head_kv, " KV heads");
+  if (hp.moe())
+    return make_error("CUDA backend: ", desc.arch->name, " (mixture of experts) is not supported yet; use the CPU backend");
   if (hp.hybrid()) {
     // The recurrent state lives with one device's layers; splits do not carry it yet.
     if (!opt.tensor_shares.empty() || opt.devices.size() > 1 || opt.layers_per_device.size() > 1)

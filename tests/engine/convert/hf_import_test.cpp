@@ -521,7 +521,8 @@ TEST_F(hf_import, config_errors_name_the_field) {
   };
   with([](json& j) { j["model_type"] = "gpt2"; });
   expect_import_error(d, out_,
-                      "model_type \"gpt2\" is not supported (supported: llama, qwen2, qwen3, qwen3_5_text, qwen3_5)");
+                      "model_type \"gpt2\" is not supported (supported: llama, qwen2, qwen3, qwen3_5_text, "
+                      "qwen3_5, qwen3_moe, qwen3_5_moe_text, qwen3_5_moe)");
   with([](json& j) { j.erase("hidden_size"); });
   expect_import_error(d, out_, "missing field hidden_size");
   with([](json& j) { j["num_attention_heads"] = "four"; });

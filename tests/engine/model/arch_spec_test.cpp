@@ -29,7 +29,126 @@ TEST(arch_spec, known_architectures_and_flags) {
   ASSERT_NE(find_arch("qwen35"), nullptr);
   EXPECT_TRUE(find_arch("qwen35")->flags.hybrid);
   EXPECT_FALSE(find_arch("qwen3")->flags.hybrid);
-  EXPECT_EQ(known_archs().size(), 4u);
+  ASSERT_NE(find_arch("qwen3moe"), nullptr);
+  ASSERT_NE(find_arch("qwen35moe"), nullptr);
+  EXPECT_TRUE(find_arch("qwen3moe")->flags.moe);
+  EXPECT_FALSE(find_arch("qwen3moe")->flags.shared_expert);
+  EXPECT_FALSE(find_arch("qwen3moe")->flags.hybrid);
+  EXPECT_TRUE(find_arch("qwen3moe")->flags.qk_norm);
+  EXPECT_EQ(find_arch("qwen3moe")->flags.rope, rope_style::neox);
+  EXPECT_TRUE(find_arch("qwen35moe")->flags.moe);
+  EXPECT_TRUE(find_arch("qwen35moe")->flags.shared_expert);
+  EXPECT_TRUE(find_arch("qwen35moe")->flags.hybrid);
+  EXPECT_FALSE(find_arch("qwen3")->flags.moe);
+  EXPECT_EQ(known_archs().size(), 6u);
+}
+
+TEST(arch_spec, qwen3moe_expert_tensors_replace_the_dense_ffn) {
+  const hparams hp = test::tiny_model_options::qwen3moe_hparams();
+  const auto specs = expected_tensors(*find_arch("qwen3moe"), hp);
+  EXPECT_EQ(find(specs, "blk.0.ffn_gate.weight"), nullptr);
+  EXPECT_EQ(find(specs, "blk.1.ffn_down.weight"), nullptr);
+  EXPECT_EQ(find(specs, "blk.0.ffn_gate_inp_shexp.weight"), nullptr);
+  ASSERT_NE(find(specs, "blk.0.ffn_norm.weight"), nullptr);
+  const auto* router = find(specs, "blk.1.ffn_gate_inp.weight");
+  ASSERT_NE(router, nullptr);
+  EXPECT_EQ(router->shape, (std::vector<uint64_t>{64, 8}));
+  EXPECT_EQ(router->role, tensor_role::router);
+  const auto* gate = find(specs, "blk.1.ffn_gate_exps.weight");
+  ASSERT_NE(gate, nullptr);
+  EXPECT_EQ(gate->shape, (std::vector<uint64_t>{64, 32, 8}));  // {n_embd, n_ff_exp, n_expert}
+  EXPECT_EQ(find(specs, "blk.1.ffn_up_exps.weight")->shape, (std::vector<uint64_t>{64, 32, 8}));
+  EXPECT_EQ(find(specs, "blk.1.ffn_down_exps.weight")->shape, (std::vector<uint64_t>{32, 64, 8}));
+  // llama.cpp's converter order: norm, router, gate, up, down.
+  const auto pos = [&](const std::string& n) { return find(specs, n) - specs.data(); };
+  EXPECT_LT(pos("blk.0.ffn_norm.weight"), pos("blk.0.ffn_gate_inp.weight"));
+  EXPECT_LT(pos("blk.0.ffn_gate_inp.weight"), pos("blk.0.ffn_gate_exps.weight"));
+  EXPECT_LT(pos("blk.0.ffn_up_exps.weight"), pos("blk.0.ffn_down_exps.weight"));
+}
+
+TEST(arch_spec, qwen35moe_has_a_shared_expert_in_every_layer_kind) {
+  const hparams hp = test::tiny_model_options::qwen35moe_hparams();
+  const auto specs = expected_tensors(*find_arch("qwen35moe"), hp);
+  for (const char* l : {"blk.0.", "blk.3."}) {  // a DeltaNet and the attention layer
+    const std::string b = l;
+    ASSERT_NE(find(specs, b + "ffn_gate_inp_shexp.weight"), nullptr);
+    EXPECT_EQ(find(specs, b + "ffn_gate_inp_shexp.weight")->shape, (std::vector<uint64_t>{64}));
+    EXPECT_EQ(find(specs, b + "ffn_gate_shexp.weight")->shape, (std::vector<uint64_t>{64, 64}));
+    EXPECT_EQ(find(specs, b + "ffn_down_shexp.weight")->shape, (std::vector<uint64_t>{64, 64}));
+    EXPECT_EQ(find(specs, b + "ffn_down_exps.weight")->shape, (std::vector<uint64_t>{32, 64, 8}));
+    EXPECT_NE(find(specs, b + "post_attention_norm.weight"), nullptr);
+    EXPECT_EQ(find(specs, b + "ffn_up.weight"), nullptr);
+  }
+  EXPECT_NE(find(specs, "blk.0.ssm_a"), nullptr);
+  EXPECT_NE(find(specs, "blk.3.attn_q.weight"), nullptr);
+}
+
+// Writes a tiny MoE model with one key replaced (or removed, when value < 0) and binds it.
+result<model_desc> bind_moe_with(const std::string& arch, const std::string& k, int64_t value,
+                                 std::vector<uint8_t>& keep) {
+  test::tiny_model_options o;
+  o.arch = arch;
+  o.hp = arch == "qwen35moe" ? test::tiny_model_options::qwen35moe_hparams()
+                             : test::tiny_model_options::qwen3moe_hparams();
+  auto bytes = test::tiny_model_bytes(o);
+  if (!bytes) return bytes.err();
+  auto f = gguf_file::parse(*bytes);
+  if (!f) return f.err();
+  gguf_writer w;
+  for (const auto& kv : f->metadata())
+    if (kv.key != k) w.set(kv.key, kv.value);
+  if (value >= 0) w.set_u32(k, uint32_t(value));
+  for (const auto& t : f->tensors())
+    TANDEM_TRY(w.add_tensor(t.name, t.type, std::vector<uint64_t>(t.dims, t.dims + t.n_dims),
+                            std::vector<uint8_t>(t.data, t.data + t.n_bytes)));
+  auto out = w.write_to_memory();
+  if (!out) return out.err();
+  keep = std::move(*out);
+  static std::unique_ptr<gguf_file> file;  // the description points into it
+  auto g = gguf_file::parse(keep);
+  if (!g) return g.err();
+  file = std::make_unique<gguf_file>(std::move(*g));
+  return bind_model(*file);
+}
+
+TEST(model_desc, moe_hparams_round_trip_and_bind) {
+  std::vector<uint8_t> keep;
+  auto d = bind_moe_with("qwen35moe", "none", -1, keep);
+  ASSERT_TRUE(d.ok()) << d.message();
+  EXPECT_EQ(d->hp.n_expert, 8u);
+  EXPECT_EQ(d->hp.n_expert_used, 2u);
+  EXPECT_EQ(d->hp.n_ff_exp, 32u);
+  EXPECT_EQ(d->hp.n_ff_shexp, 64u);
+  EXPECT_TRUE(d->hp.expert_weights_norm);
+  ASSERT_NE(d->layers[0].ffn_gate_exps, nullptr);
+  EXPECT_EQ(d->layers[0].ffn_gate_exps->n_dims, 3u);
+  EXPECT_EQ(d->layers[0].ffn_gate, nullptr);
+  EXPECT_NE(d->layers[2].ffn_gate_inp_shexp, nullptr);
+  EXPECT_NE(d->layers[3].ffn_down_shexp, nullptr);
+}
+
+TEST(model_desc, moe_keys_are_checked_and_named) {
+  std::vector<uint8_t> keep;
+  auto too_many = bind_moe_with("qwen3moe", "qwen3moe.expert_used_count", 9, keep);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.message().find("qwen3moe.expert_used_count (9) must be 1..qwen3moe.expert_count (8)"),
+            std::string::npos)
+      << too_many.message();
+  auto no_count = bind_moe_with("qwen3moe", "qwen3moe.expert_count", -1, keep);
+  ASSERT_FALSE(no_count.ok());
+  EXPECT_NE(no_count.message().find("qwen3moe.expert_count"), std::string::npos) << no_count.message();
+  // Without expert_feed_forward_length the width defaults to n_ff / k (llama.cpp): 96 / 2 = 48,
+  // which these tensors contradict; the error names the tensor and both shapes.
+  auto dflt = bind_moe_with("qwen3moe", "qwen3moe.expert_feed_forward_length", -1, keep);
+  ASSERT_FALSE(dflt.ok());
+  EXPECT_NE(dflt.message().find("ffn_gate_exps.weight has shape [64, 32, 8], expected [64, 48, 8]"),
+            std::string::npos)
+      << dflt.message();
+  // qwen35moe files carry no feed_forward_length: without the shared width there is no default.
+  auto no_shared = bind_moe_with("qwen35moe", "qwen35moe.expert_shared_feed_forward_length", -1, keep);
+  ASSERT_FALSE(no_shared.ok());
+  EXPECT_NE(no_shared.message().find("qwen35moe.expert_shared_feed_forward_length"), std::string::npos)
+      << no_shared.message();
 }
 
 TEST(arch_spec, qwen3_tensor_names_and_shapes) {

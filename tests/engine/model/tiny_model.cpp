@@ -39,6 +39,26 @@ hparams tiny_model_options::qwen35_hparams() {
   return hp;
 }
 
+hparams tiny_model_options::qwen3moe_hparams() {
+  hparams hp = default_hparams();
+  hp.n_expert = 8;
+  hp.n_expert_used = 2;
+  hp.n_ff_exp = 32;  // not n_ff: the experts' own width
+  hp.expert_weights_norm = true;
+  return hp;
+}
+
+hparams tiny_model_options::qwen35moe_hparams() {
+  hparams hp = qwen35_hparams();
+  hp.n_ff = 0;  // as llama.cpp's converter writes qwen35moe: no feed_forward_length
+  hp.n_expert = 8;
+  hp.n_expert_used = 2;
+  hp.n_ff_exp = 32;
+  hp.n_ff_shexp = 64;
+  hp.expert_weights_norm = true;
+  return hp;
+}
+
 std::vector<float> random_floats(size_t n, uint64_t seed, float lo, float hi) {
   std::mt19937_64 rng(seed);
   std::vector<float> out(n);
@@ -84,6 +104,12 @@ result<std::vector<uint8_t>> tiny_model_bytes(const tiny_model_options& opt) {
       case tensor_role::bias: v = random_floats(n, seed, -0.2f, 0.2f); break;
       case tensor_role::conv: v = random_floats(n, seed, -0.6f, 0.6f); break;
       case tensor_role::decay: v = random_floats(n, seed, -4.f, -0.05f); break;
+      case tensor_role::router: {
+        // Logits of O(1): routing that differs between tokens, weights far from uniform.
+        const float a = 3.f / std::sqrt(float(spec.shape[0]));
+        v = random_floats(n, seed, -a, a);
+        break;
+      }
       case tensor_role::embedding:
       case tensor_role::matrix: {
         // Scaled so activations stay O(1) through the layers.

@@ -24,6 +24,8 @@ struct tiny_model_options {
 
   static hparams default_hparams();
   static hparams qwen35_hparams();  // arch "qwen35": 3 DeltaNet layers + 1 attention layer
+  static hparams qwen3moe_hparams();   // arch "qwen3moe": 8 experts of 32, top-2
+  static hparams qwen35moe_hparams();  // arch "qwen35moe": qwen35's layers, 8 experts top-2, shared 64
 };
 
 struct tiny_model {

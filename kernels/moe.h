@@ -1,0 +1,142 @@
+// Host launchers for mixture-of-experts FFNs: routing (softmax, top-k), the decode mat-vec over
+// each token's selected experts, prefill's grouping of (token, slot) rows by expert and the
+// grouped GEMM over those groups, and the weighted combine. All pointers are device pointers;
+// nothing reads device data on the host, so every launch is CUDA-graph capturable (fixed grids).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/ggml_type.h"
+
+namespace tandem {
+
+constexpr int k_moe_max_experts = 512;  // routing and grouping
+constexpr int k_moe_max_k = 16;         // experts per token
+constexpr int k_moe_matvec_max_tokens = 8;
+
+// ---- Routing ------------------------------------------------------------------------------
+// Per token t: p = softmax(logits[t * n_expert ...]) in float32 (max subtracted), then the k
+// largest: ids[t * k + j], weights[t * k + j] for j = 0..k-1 in descending order, ties to the
+// lower expert id. With renorm the k weights are divided by their sum (so they sum to 1).
+// Selection compares logits (softmax is monotone), so equal logits tie exactly on CPU and GPU
+// whatever exp's last-bit rounding; distinct logits whose weights round equal keep logit order.
+// NaN logits are never selected unless fewer than k are not NaN (then the lowest ids come).
+// 1 <= n_expert <= k_moe_max_experts, 1 <= k <= min(n_expert, k_moe_max_k), n_tok >= 0; else
+// cudaErrorInvalidValue. Deterministic (one warp per token, fixed reduction order).
+cudaError_t launch_moe_route(const float* logits, int n_tok, int n_expert, int k, bool renorm, int32_t* ids,
+                             float* weights, cudaStream_t stream);
+
+// ---- Decode mat-vec over the selected experts ---------------------------------------------
+// F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K (as launch_matvec).
+bool gpu_can_moe_matvec(ggml_type t);
+
+// Workspace of launch_moe_matvec: the int8 copy of x (matvec_x_parts layout, kernels/matvec.h)
+// for up to n_x_rows rows of n_in values: n_tok rows when x_stride == 0, else n_tok * k. Bigger
+// serves smaller. 0 for bad sizes. F32/F16 need none.
+size_t moe_matvec_work_bytes(int64_t n_in, int n_x_rows);
+
+// One matrix set of a fused launch (gate and up: same type, shape, x and ids).
+struct moe_matvec_output {
+  const void* w = nullptr;  // expert e's matrix at w + e * expert_stride_bytes
+  float* y = nullptr;       // [n_tok * k][n_out]
+};
+constexpr int k_moe_max_outputs = 2;
+
+// For each (token t, slot j), pair p = t * k + j, expert e = ids[p] (read on the device):
+// y[p * n_out + o] = sum_i W_e[o][i] * x_p[i]. W_e: n_out rows of n_in elements of type t in GGUF
+// layout (as launch_matvec), starting at w + e * expert_stride_bytes; only the selected experts'
+// rows are read. x_p = x + t * n_in when x_stride == 0 (gate/up: slots share the token's row),
+// else x + p * x_stride (down: x_stride >= n_in, a multiple of 4). Requirements: n_in % 32 == 0
+// and a multiple of the type's block size; 1 <= k <= k_moe_max_k; 0 <= n_tok <=
+// k_moe_matvec_max_tokens; n_expert >= 1; w, x, work 16-byte aligned, expert_stride_bytes a
+// multiple of 16; work of moe_matvec_work_bytes(n_in, x rows) bytes (unless F32/F16), not shared
+// with a launch that may run at the same time. A pair whose id is outside [0, n_expert) reads no
+// weights and gets NaN rows. Quantized types read x as the mat-vec's int8 copy (same rounding as
+// launch_matvec; the test's tolerance derivation applies). Grid over (pair, row group): the
+// k experts run in parallel, not in turn. Errors as launch_matvec.
+cudaError_t launch_moe_matvec(ggml_type t, const void* w, size_t expert_stride_bytes, int n_expert, int64_t n_in,
+                              int64_t n_out, const float* x, int64_t x_stride, int n_tok, int k, const int32_t* ids,
+                              float* y, void* work, cudaStream_t stream);
+
+// launch_moe_matvec for 1..k_moe_max_outputs matrix sets sharing type, shapes, x and ids in one
+// launch (gate and up: x quantized once). With x_quantized, work already holds x's int8 copy for
+// (n_in, x rows) in matvec_x_parts layout (from launch_moe_swiglu_q8, launch_swiglu_q8 or
+// launch_rms_norm_q8) and x (floats) is not read by quantized types.
+cudaError_t launch_moe_matvec_multi(ggml_type t, const moe_matvec_output* outs, int n_outs,
+                                    size_t expert_stride_bytes, int n_expert, int64_t n_in, int64_t n_out,
+                                    const float* x, int64_t x_stride, bool x_quantized, int n_tok, int k,
+                                    const int32_t* ids, void* work, cudaStream_t stream);
+
+// out = silu(gate) * up over n_rows rows of n values (any n_rows, n % 32 == 0; out may alias
+// gate) and the mat-vec's int8 copy of out into work (matvec_x_parts(work, n, n_rows)), for the
+// down projection's launch_moe_matvec_multi(..., x_stride = n, x_quantized = true). For flat
+// SwiGLU without the copy (prefill), launch_swiglu in kernels/layer_ops.h serves.
+cudaError_t launch_moe_swiglu_q8(const float* gate, const float* up, float* out, int n_rows, int n, void* work,
+                                 cudaStream_t stream);
+
+// out[t * n_embd + i] (+)= sum_j weights[t * k + j] * y[(t * k + j) * n_embd + i], j in order
+// (deterministic). add: accumulate into out (the residual), else overwrite. y must not alias out.
+// 1 <= k <= k_moe_max_k, n_tok >= 0, n_embd >= 0.
+cudaError_t launch_moe_combine(const float* y, const float* weights, int n_tok, int k, int64_t n_embd, float* out,
+                               bool add, cudaStream_t stream);
+
+// ---- Prefill: grouping by expert and the grouped GEMM --------------------------------------
+// Grouped rows per GEMM row tile; launch_moe_group's tile_offsets count tiles of this many.
+constexpr int k_moe_gemm_rows = 64;
+
+// Workspace of launch_moe_group (per-tile histograms); 0 for bad sizes.
+size_t moe_group_work_bytes(int n_tok, int k, int n_expert);
+
+// Counting sort of the n_tok * k (token, slot) pairs by expert, on the device. counts, offsets
+// and tile_offsets have n_expert + 1 int32 entries; entry n_expert is a bucket for pairs whose id
+// is outside [0, n_expert) (none when the ids come from launch_moe_route), placed after every
+// expert so that perm is always a permutation of 0 .. n_tok * k - 1:
+//   counts[e]       = pairs with ids == e;
+//   offsets[e]      = sum of counts below e (offsets[n_expert] = pairs with a valid id);
+//   perm[offsets[e] + i] = the pair index (t * k + j) of expert e's i-th pair, by ascending pair
+//                     index (so by token);
+//   tile_offsets[e] = sum over e' < e of ceil(counts[e'] / k_moe_gemm_rows) (tile_offsets[n_expert]
+//                     = the row tiles the grouped GEMM works on).
+// 1 <= n_expert <= k_moe_max_experts, 1 <= k <= k_moe_max_k, n_tok >= 0; work of
+// moe_group_work_bytes bytes, 16-byte aligned. Deterministic (no order depends on atomics).
+cudaError_t launch_moe_group(const int32_t* ids, int n_tok, int k, int n_expert, int32_t* counts, int32_t* offsets,
+                             int32_t* perm, int32_t* tile_offsets, void* work, cudaStream_t stream);
+
+// Where a grouped GEMM takes row r's x (r in grouped order, pair p = perm[r]) and puts its y.
+enum class moe_rows : int {
+  by_token = 0,  // row p / k of the matrix (x of gate/up: the token's hidden state)
+  by_pair = 1,   // row p ((token, slot) order, as the decode path and launch_moe_combine use)
+  grouped = 2,   // row r itself (gate/up outputs feeding the down projection in grouped order)
+};
+
+// F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K.
+bool gpu_can_moe_gemm(ggml_type t);
+
+// Workspace of launch_moe_gemm: x converted to fp16, n_x_rows rows of n_in (n_tok for by_token
+// x, else n_tok * k). 0 for bad sizes.
+size_t moe_gemm_work_bytes(int64_t n_in, int64_t n_x_rows);
+
+// Row tiles' upper bound for a grid sized on the host: floor(n_pairs / k_moe_gemm_rows) + min(n_expert, n_pairs).
+int64_t moe_gemm_max_row_tiles(int64_t n_pairs, int n_expert);
+
+// For each expert e and each of its grouped rows r (offsets[e] <= r < offsets[e + 1]):
+// Y_m[row_y(r)] = W_{m,e} · X[row_x(r)] for each matrix set m of outs (1 or 2: gate and up in
+// one launch, sharing the fp16 x). Experts with no rows cost nothing but an early exit; no
+// expert is computed densely. x: n_x_rows rows of n_in floats (row stride n_in), converted once
+// to fp16 into work; weights dequantized from their GGUF blocks to fp16 tile by tile inside the
+// kernel; WMMA 16x16x16 fp16 tensor-core products with fp32 accumulation (sm_70+). Rows of y
+// not in any group are not written. counts/offsets/perm/tile_offsets from launch_moe_group for
+// the same ids (n_tok, k, n_expert). n_in % 32 == 0 and a multiple of the type's block size;
+// n_out >= 1; expert_stride_bytes a multiple of 16; x, work 16-byte aligned, w 16-byte aligned;
+// work of moe_gemm_work_bytes(n_in, n_x_rows); y_rows by_pair or grouped (by_token is refused);
+// n_tok * k row tiles' bound (moe_gemm_max_row_tiles) <= 65535. |x| and |w| beyond fp16's 65504
+// become infinite. Errors as launch_matvec.
+cudaError_t launch_moe_gemm(ggml_type t, const moe_matvec_output* outs, int n_outs, size_t expert_stride_bytes,
+                            int n_expert, int64_t n_in, int64_t n_out, const float* x, moe_rows x_rows,
+                            moe_rows y_rows, int n_tok, int k, const int32_t* offsets, const int32_t* perm,
+                            const int32_t* tile_offsets, void* work, cudaStream_t stream);
+
+}  // namespace tandem

@@ -1,0 +1,294 @@
+// Prefill's grouped expert GEMM: for each expert's group of (token, slot) rows (launch_moe_group),
+// Y = X · W_eᵀ on WMMA fp16 tensor cores (sm_70+), weight tiles dequantized from their GGUF blocks
+// into shared memory inside the kernel; the tile schedule is read on the device (no host sync).
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/moe.h"
+#include "kernels/quant_blocks.cuh"
+#include "kernels/pdl.cuh"
+
+namespace tandem {
+namespace {
+
+using namespace nvcuda;
+
+// A block computes BM grouped rows × BN outputs, K in steps of BK: eight warps as 2 (rows) × 4
+// (outputs), each 32 × 32 (2 × 2 fragments). BN = 128 against BM = 64 because weights are the
+// cheap operand (0.56 bytes per Q4_K weight against 2 per fp16 x value): each x tile is re-read
+// n_out / BN times.
+constexpr int BM = k_moe_gemm_rows, BN = 128, BK = 32;
+constexpr int k_threads = 256;
+constexpr int LDH = BK + 8;  // halves per A / B shared row (pad against bank conflicts)
+constexpr int LDC = BN + 4;  // floats per C staging row
+static_assert(BM == 64 && BK == 32, "the load mappings below assume 64 x 32 A tiles");
+
+struct smem_t {
+  union {
+    struct {
+      __half a[BM * LDH];  // x rows, row-major
+      __half b[BN * LDH];  // weight rows = Bᵀ: B (K x N) col-major with ld LDH
+    } ab;
+    float c[BM * LDC];
+  };
+  int src[BM];  // x row of each tile row (-1: past the group)
+  int dst[BM];  // y row
+};
+
+struct gemm_params {
+  const uint8_t* w[k_moe_max_outputs];
+  float* y[k_moe_max_outputs];
+  int64_t stride, n_in, n_out, row_bytes;
+  const __half* x16;
+  int x_rows, y_rows, k, n_expert;
+  const int32_t* offsets;
+  const int32_t* perm;
+  const int32_t* tiles;
+};
+
+// Four consecutive weights (columns col .. col + 3) of a weight row, as floats.
+template <class Block>
+struct wsrc {
+  static __device__ __forceinline__ void load4(const uint8_t* row, int64_t col, float (&v)[4]) {
+    constexpr int qk = block_traits<Block>::qk;
+    const Block& b = reinterpret_cast<const Block*>(row)[col / qk];
+    dequant4(b, static_cast<int>(col % qk) / 4, v);
+  }
+};
+struct f32_w {};
+struct f16_w {};
+template <>
+struct wsrc<f32_w> {
+  static __device__ __forceinline__ void load4(const uint8_t* row, int64_t col, float (&v)[4]) {
+    const float4 f = __ldg(reinterpret_cast<const float4*>(row) + col / 4);
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+  }
+};
+template <>
+struct wsrc<f16_w> {
+  static __device__ __forceinline__ void load4(const uint8_t* row, int64_t col, float (&v)[4]) {
+    const uint2 h = __ldg(reinterpret_cast<const uint2*>(row) + col / 4);
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&h.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&h.y));
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+  }
+};
+
+// The expert of row tile `tile`: the last e with tiles[e] <= tile (experts without rows have
+// tiles[e] == tiles[e + 1] and are never found). Requires tile < tiles[n_expert].
+__device__ int expert_of_tile(const int32_t* tiles, int n_expert, int tile) {
+  int lo = 0, hi = n_expert;  // tiles[lo] <= tile < tiles[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (__ldg(tiles + mid) <= tile) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// Each tile row's x and y rows from perm (moe_rows mappings); -1 past the group's end.
+__device__ void tile_rows(const gemm_params& p, int r0, int r_end, smem_t& sm) {
+  for (int i = threadIdx.x; i < BM; i += k_threads) {
+    const int r = r0 + i;
+    if (r >= r_end) {
+      sm.src[i] = sm.dst[i] = -1;
+      continue;
+    }
+    const int pair = __ldg(p.perm + r);
+    sm.src[i] = p.x_rows == 0 ? pair / p.k : p.x_rows == 1 ? pair : r;
+    sm.dst[i] = p.y_rows == 1 ? pair : r;
+  }
+}
+
+// The 4 × 8 halves of x this thread stages: row tid / 4, halves 8 (tid % 4) ..
+__device__ __forceinline__ uint4 load_a(const gemm_params& p, const smem_t& sm, int64_t k0) {
+  const int row = threadIdx.x / 4, part = threadIdx.x % 4;
+  const int src = sm.src[row];
+  if (src < 0) return make_uint4(0, 0, 0, 0);
+  return __ldg(reinterpret_cast<const uint4*>(p.x16 + static_cast<int64_t>(src) * p.n_in + k0 + 8 * part));
+}
+
+// Weight chunks c = tid + 256 j (j < 4): row c / 8 of the tile, columns 4 (c % 8) ..; rows past
+// n_out repeat the last row (their outputs are not stored).
+template <class T>
+__device__ __forceinline__ void stage_b(const uint8_t* wbase, const gemm_params& p, int64_t n0, int64_t k0,
+                                        smem_t& sm) {
+#pragma unroll
+  for (int j = 0; j < BN * BK / 4 / k_threads; ++j) {
+    const int c = threadIdx.x + k_threads * j, n = c / 8, q = c % 8;
+    const uint8_t* row = wbase + min(n0 + n, p.n_out - 1) * p.row_bytes;
+    float v[4];
+    wsrc<T>::load4(row, k0 + 4 * q, v);
+    const __half2 h0 = __floats2half2_rn(v[0], v[1]), h1 = __floats2half2_rn(v[2], v[3]);
+    uint2 u;
+    u.x = *reinterpret_cast<const uint32_t*>(&h0);
+    u.y = *reinterpret_cast<const uint32_t*>(&h1);
+    *reinterpret_cast<uint2*>(sm.ab.b + n * LDH + 4 * q) = u;
+  }
+}
+
+// Grid: (output tiles, row tiles' upper bound, matrix sets). Blocks past tiles[n_expert] exit.
+template <class T>
+__global__ void __launch_bounds__(k_threads) moe_gemm_kernel(gemm_params p) {
+  __shared__ __align__(32) smem_t sm;
+  pdl_wait();
+  const int tile = blockIdx.y;
+  if (tile >= __ldg(p.tiles + p.n_expert)) return;
+  const int e = expert_of_tile(p.tiles, p.n_expert, tile);
+  const int r0 = __ldg(p.offsets + e) + (tile - __ldg(p.tiles + e)) * BM, r_end = __ldg(p.offsets + e + 1);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * BN;
+  const int m = blockIdx.z;
+  const uint8_t* wbase = (m == 0 ? p.w[0] : p.w[1]) + e * p.stride;
+  float* y = m == 0 ? p.y[0] : p.y[1];
+  tile_rows(p, r0, r_end, sm);
+  __syncthreads();
+
+  const int warp = threadIdx.x / 32, wm = warp / 4, wn = warp % 4;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+
+  uint4 a = load_a(p, sm, 0);
+  for (int64_t k0 = 0; k0 < p.n_in; k0 += BK) {
+    __syncthreads();  // the previous step's fragments are loaded
+    *reinterpret_cast<uint4*>(sm.ab.a + (threadIdx.x / 4) * LDH + 8 * (threadIdx.x % 4)) = a;
+    stage_b<T>(wbase, p, n0, k0, sm);
+    __syncthreads();
+    if (k0 + BK < p.n_in) a = load_a(p, sm, k0 + BK);  // in flight during the products
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], sm.ab.a + (wm * 32 + 16 * i) * LDH + kk, LDH);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], sm.ab.b + (wn * 32 + 16 * j) * LDH + kk, LDH);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+    }
+  }
+  pdl_trigger();
+  __syncthreads();  // C overwrites A and B
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      wmma::store_matrix_sync(sm.c + (wm * 32 + 16 * i) * LDC + wn * 32 + 16 * j, acc[i][j], LDC, wmma::mem_row_major);
+  __syncthreads();
+  for (int i = threadIdx.x; i < BM * BN; i += k_threads) {
+    const int r = i / BN, c = i % BN;
+    const int dst = sm.dst[r];
+    if (dst >= 0 && n0 + c < p.n_out) y[static_cast<int64_t>(dst) * p.n_out + n0 + c] = sm.c[r * LDC + c];
+  }
+}
+
+// x (floats) to fp16, four at a time (n % 4 == 0, 16-byte aligned).
+__global__ void __launch_bounds__(256) to_f16_kernel(const float* __restrict__ x, __half* __restrict__ out,
+                                                     int64_t n4) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += stride) {
+    const float4 v = __ldg(reinterpret_cast<const float4*>(x) + i);
+    const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+    uint2 u;
+    u.x = *reinterpret_cast<const uint32_t*>(&a);
+    u.y = *reinterpret_cast<const uint32_t*>(&b);
+    reinterpret_cast<uint2*>(out)[i] = u;
+  }
+}
+
+bool aligned(const void* p, uintptr_t to) { return reinterpret_cast<uintptr_t>(p) % to == 0; }
+
+template <class T>
+cudaError_t launch_t(const gemm_params& p, dim3 grid, cudaStream_t s) {
+  return launch_pdl(moe_gemm_kernel<T>, grid, dim3(k_threads), s, p);
+}
+
+cudaError_t launch_of(ggml_type t, const gemm_params& p, dim3 grid, cudaStream_t s) {
+  switch (t) {
+    case ggml_type::f32: return launch_t<f32_w>(p, grid, s);
+    case ggml_type::f16: return launch_t<f16_w>(p, grid, s);
+    case ggml_type::q4_0: return launch_t<block_q4_0>(p, grid, s);
+    case ggml_type::q4_1: return launch_t<block_q4_1>(p, grid, s);
+    case ggml_type::q5_0: return launch_t<block_q5_0>(p, grid, s);
+    case ggml_type::q5_1: return launch_t<block_q5_1>(p, grid, s);
+    case ggml_type::q8_0: return launch_t<block_q8_0>(p, grid, s);
+    case ggml_type::q4_k: return launch_t<block_q4_k>(p, grid, s);
+    case ggml_type::q5_k: return launch_t<block_q5_k>(p, grid, s);
+    case ggml_type::q6_k: return launch_t<block_q6_k>(p, grid, s);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+bool gpu_can_moe_gemm(ggml_type t) {
+  switch (t) {
+    case ggml_type::f32:
+    case ggml_type::f16:
+    case ggml_type::q4_0:
+    case ggml_type::q4_1:
+    case ggml_type::q5_0:
+    case ggml_type::q5_1:
+    case ggml_type::q8_0:
+    case ggml_type::q4_k:
+    case ggml_type::q5_k:
+    case ggml_type::q6_k: return true;
+    default: return false;
+  }
+}
+
+size_t moe_gemm_work_bytes(int64_t n_in, int64_t n_x_rows) {
+  if (n_in <= 0 || n_x_rows <= 0) return 0;
+  return static_cast<size_t>(n_in * n_x_rows) * sizeof(__half);
+}
+
+int64_t moe_gemm_max_row_tiles(int64_t n_pairs, int n_expert) {
+  if (n_pairs <= 0 || n_expert <= 0) return 0;
+  return n_pairs / BM + std::min<int64_t>(n_expert, n_pairs);
+}
+
+cudaError_t launch_moe_gemm(ggml_type t, const moe_matvec_output* outs, int n_outs, size_t expert_stride_bytes,
+                            int n_expert, int64_t n_in, int64_t n_out, const float* x, moe_rows x_rows,
+                            moe_rows y_rows, int n_tok, int k, const int32_t* offsets, const int32_t* perm,
+                            const int32_t* tile_offsets, void* work, cudaStream_t stream) {
+  if (!gpu_can_moe_gemm(t) || n_outs < 1 || n_outs > k_moe_max_outputs || n_expert < 1 ||
+      n_expert > k_moe_max_experts || n_in <= 0 || n_in % 32 != 0 || n_in % type_info(t).block_size != 0 ||
+      n_out < 1 || n_tok < 0 || k < 1 || k > k_moe_max_k || int64_t{n_tok} * k > 0x7fffffff ||
+      y_rows == moe_rows::by_token || !offsets || !tile_offsets || (n_tok > 0 && (!perm || !work || !x)))
+    return cudaErrorInvalidValue;
+  for (int i = 0; i < n_outs; ++i) {
+    if (!outs[i].w || !outs[i].y) return cudaErrorInvalidValue;
+    if (!aligned(outs[i].w, 16)) return cudaErrorMisalignedAddress;
+  }
+  if (expert_stride_bytes % 16 != 0 || !aligned(x, 16) || !aligned(work, 16)) return cudaErrorMisalignedAddress;
+  const int64_t n_pairs = int64_t{n_tok} * k;
+  if (n_pairs == 0) return cudaSuccess;
+  const int64_t n_x_rows = x_rows == moe_rows::by_token ? n_tok : n_pairs;
+  const int64_t row_tiles = moe_gemm_max_row_tiles(n_pairs, n_expert), col_tiles = (n_out + BN - 1) / BN;
+  if (row_tiles > 65535 || col_tiles > 0x7fffffff) return cudaErrorInvalidValue;
+  auto* x16 = static_cast<__half*>(work);
+  const int64_t n4 = n_in * n_x_rows / 4;
+  cudaError_t e = launch_pdl(to_f16_kernel, dim3(static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 65535))),
+                             dim3(256), stream, x, x16, n4);
+  if (e != cudaSuccess) return e;
+  gemm_params p{};
+  for (int i = 0; i < n_outs; ++i) p.w[i] = static_cast<const uint8_t*>(outs[i].w), p.y[i] = outs[i].y;
+  p.stride = static_cast<int64_t>(expert_stride_bytes), p.n_in = n_in, p.n_out = n_out;
+  p.row_bytes = static_cast<int64_t>(*row_bytes(t, static_cast<uint64_t>(n_in)));
+  p.x16 = x16;
+  p.x_rows = static_cast<int>(x_rows), p.y_rows = static_cast<int>(y_rows), p.k = k, p.n_expert = n_expert;
+  p.offsets = offsets, p.perm = perm, p.tiles = tile_offsets;
+  const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles), static_cast<unsigned>(n_outs));
+  return launch_of(t, p, grid, stream);
+}
+
+}  // namespace tandem

@@ -1,0 +1,564 @@
+// The mixture-of-experts kernels (kernels/moe.h) against CPU references on random inputs: routing
+// with deliberate ties, the decode mat-vec over selected experts (every type, 1..8 tokens, k 1..8,
+// shared and per-pair x, fused gate/up, repeated and invalid ids), SwiGLU's int8 copy, combine,
+// grouping (exact), and the grouped GEMM (partial tiles, idle experts, one expert with every
+// row). Benchmarks (big.*) print decode GB/s and prefill TFLOPS. Skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/matvec.h"
+#include "kernels/moe.h"
+#include "quant/half.h"
+#include "quant/quant.h"
+#include "kernel_test_util.h"
+
+namespace tandem {
+namespace {
+
+using test::dev;
+using test::quantize_matrix;
+using test::randoms;
+
+// ---- Routing ------------------------------------------------------------------------------
+
+// The contract's rule: softmax, then the k best by (logit desc, id asc), weights renormalised.
+void route_cpu(const float* l, int n_expert, int k, bool renorm, int32_t* ids, float* w) {
+  float mx = -INFINITY;
+  for (int e = 0; e < n_expert; ++e) mx = std::max(mx, l[e]);
+  double sum = 0;
+  for (int e = 0; e < n_expert; ++e) sum += std::exp(double(l[e]) - mx);
+  std::vector<int> order(n_expert);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return l[a] > l[b]; });
+  double s = 0;
+  for (int j = 0; j < k; ++j) ids[j] = order[j], w[j] = float(std::exp(double(l[order[j]]) - mx) / sum), s += w[j];
+  if (renorm)
+    for (int j = 0; j < k; ++j) w[j] = float(w[j] / s);
+}
+
+TEST(moe, route_matches_cpu_rule_with_ties) {
+  REQUIRE_GPU();
+  std::mt19937 rng(7);
+  for (int n_expert : {4, 8, 60, 128, 512}) {
+    for (int k : {1, 2, 4, 8, 16}) {
+      if (k > n_expert) continue;
+      for (bool renorm : {false, true}) {
+        const int n_tok = 37;
+        auto l = randoms(size_t(n_tok) * n_expert, 1000 + n_expert + k, -4.f, 4.f);
+        // Ties: copies of other logits in the same row, one row entirely equal, and a top tie.
+        for (int t = 0; t < n_tok; ++t) {
+          float* row = l.data() + size_t(t) * n_expert;
+          for (int c = 0; c < n_expert / 4; ++c) row[rng() % n_expert] = row[rng() % n_expert];
+          if (t == 3) std::fill(row, row + n_expert, 0.5f);
+          if (t == 5) row[n_expert - 1] = row[0] = 9.f;
+        }
+        dev<float> dl(l), dw(size_t(n_tok) * k);
+        dev<int32_t> di(size_t(n_tok) * k);
+        ASSERT_EQ(launch_moe_route(dl.p, n_tok, n_expert, k, renorm, di.p, dw.p, nullptr), cudaSuccess);
+        const auto ids = di.host();
+        const auto w = dw.host();
+        std::vector<int32_t> rid(k);
+        std::vector<float> rw(k);
+        for (int t = 0; t < n_tok; ++t) {
+          route_cpu(l.data() + size_t(t) * n_expert, n_expert, k, renorm, rid.data(), rw.data());
+          for (int j = 0; j < k; ++j) {
+            const std::string what = "E " + std::to_string(n_expert) + " k " + std::to_string(k) + " tok " +
+                                     std::to_string(t) + " slot " + std::to_string(j);
+            // Selection compares logits only: exact on both sides.
+            ASSERT_EQ(ids[t * k + j], rid[j]) << what;
+            // expf against exp in double, a float sum of up to 512 terms: a few ulps of the weight.
+            ASSERT_NEAR(w[t * k + j], rw[j], 4e-6f * rw[j] + 1e-9f) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(moe, route_rejects_bad_sizes) {
+  REQUIRE_GPU();
+  dev<float> l(size_t(1024)), w(size_t(64));
+  dev<int32_t> ids(size_t(64));
+  EXPECT_EQ(launch_moe_route(l.p, 1, 513, 8, true, ids.p, w.p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_moe_route(l.p, 1, 64, 17, true, ids.p, w.p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_moe_route(l.p, 1, 4, 5, true, ids.p, w.p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_moe_route(l.p, 0, 4, 2, true, ids.p, w.p, nullptr), cudaSuccess);
+}
+
+// ---- Decode mat-vec -----------------------------------------------------------------------
+
+bool int8_activations(ggml_type t) { return t != ggml_type::f32 && t != ggml_type::f16; }
+
+// x as the quantized kernels see it (blocks of 32 rounded to d q, d = amax / 127: the same float
+// operations as the GPU's copy).
+std::vector<float> as_seen(const float* x, int64_t n, bool int8) {
+  std::vector<float> v(x, x + n);
+  if (!int8) return v;
+  for (int64_t b = 0; b < n; b += 32) {
+    float amax = 0.f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b + i]));
+    const float d = amax / 127.f;
+    for (int i = 0; i < 32; ++i) v[b + i] = amax > 0.f ? d * std::nearbyint(x[b + i] / d) : 0.f;
+  }
+  return v;
+}
+
+struct experts {
+  std::vector<uint8_t> q;  // n_expert matrices back to back
+  std::vector<float> deq;  // the same dequantized
+  size_t stride = 0;
+};
+
+experts make_experts(ggml_type t, int n_expert, int64_t n_in, int64_t n_out, uint32_t seed) {
+  experts x;
+  const size_t rb = *row_bytes(t, n_in);
+  x.stride = (rb * n_out + 15) / 16 * 16;
+  x.q.assign(x.stride * n_expert, 0);
+  x.deq.resize(size_t(n_expert) * n_out * n_in);
+  for (int e = 0; e < n_expert; ++e) {
+    const auto q = quantize_matrix(t, randoms(size_t(n_in * n_out), seed + e), n_in, n_out);
+    std::copy(q.begin(), q.end(), x.q.begin() + e * x.stride);
+    for (int64_t o = 0; o < n_out; ++o)
+      dequantize_row(t, q.data() + o * rb, x.deq.data() + (size_t(e) * n_out + o) * n_in, n_in);
+  }
+  return x;
+}
+
+// Random ids: distinct within a token, repeated across tokens (few experts), and with `bad`,
+// one id outside [0, n_expert).
+std::vector<int32_t> random_ids(int n_tok, int k, int n_expert, uint32_t seed, bool bad = false) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids;
+  for (int t = 0; t < n_tok; ++t) {
+    std::vector<int32_t> all(n_expert);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    ids.insert(ids.end(), all.begin(), all.begin() + k);
+  }
+  if (bad) ids[ids.size() / 2] = n_expert + 3;
+  return ids;
+}
+
+// One case: n_outs matrix sets against x of n_tok rows (x_stride 0) or n_tok * k rows.
+void check_matvec(ggml_type t, int n_expert, int64_t n_in, int64_t n_out, int n_tok, int k, int64_t x_stride,
+                  int n_outs, bool bad_id) {
+  const std::string what = std::string(type_name(t)) + " E " + std::to_string(n_expert) + " " +
+                           std::to_string(n_out) + "x" + std::to_string(n_in) + " tok " + std::to_string(n_tok) +
+                           " k " + std::to_string(k) + " x_stride " + std::to_string(x_stride) + " outs " +
+                           std::to_string(n_outs);
+  SCOPED_TRACE(what);
+  experts ex[2] = {make_experts(t, n_expert, n_in, n_out, 50), make_experts(t, n_expert, n_in, n_out, 950)};
+  const int n_pairs = n_tok * k, x_rows = x_stride == 0 ? n_tok : n_pairs;
+  const int64_t xs = x_stride == 0 ? n_in : x_stride;
+  auto x = randoms(size_t(x_rows * xs), 77);
+  std::fill(x.begin(), x.begin() + 32, 0.f);  // an all-zero block (d = 0)
+  const auto ids = random_ids(n_tok, k, n_expert, 5, bad_id);
+  dev<uint8_t> w0(ex[0].q), w1(ex[1].q), work(moe_matvec_work_bytes(n_in, x_rows));
+  dev<float> dx(x), y0(size_t(n_pairs * n_out)), y1(size_t(n_pairs * n_out));
+  dev<int32_t> di(ids);
+  const moe_matvec_output outs[2] = {{w0.p, y0.p}, {w1.p, y1.p}};
+  ASSERT_EQ(launch_moe_matvec_multi(t, outs, n_outs, ex[0].stride, n_expert, n_in, n_out, dx.p, x_stride, false,
+                                    n_tok, k, di.p, work.p, nullptr),
+            cudaSuccess);
+  const std::vector<float> got[2] = {y0.host(), y1.host()};
+  for (int m = 0; m < n_outs; ++m)
+    for (int p = 0; p < n_pairs; ++p) {
+      const int e = ids[p];
+      const int64_t xr = x_stride == 0 ? p / k : p;
+      const auto xv = as_seen(x.data() + xr * xs, n_in, int8_activations(t));
+      for (int64_t o = 0; o < n_out; ++o) {
+        const float g = got[m][p * n_out + o];
+        if (e < 0 || e >= n_expert) {
+          ASSERT_TRUE(std::isnan(g)) << "pair " << p << " row " << o << " (invalid id)";
+          continue;
+        }
+        const float* wr = ex[m].deq.data() + (size_t(e) * n_out + o) * n_in;
+        double exact = 0, mag = 0;
+        for (int64_t i = 0; i < n_in; ++i) exact += double(wr[i]) * xv[i], mag += std::fabs(double(wr[i]) * xv[i]);
+        // Against the dequantized weights and x as the kernel sees it: float32 rounding in a
+        // different order only (as matvec_test: 2e-5 of sum |w x|).
+        ASSERT_NEAR(g, exact, 2e-5 * mag + 1e-6) << "mat " << m << " pair " << p << " row " << o;
+      }
+    }
+}
+
+const ggml_type k_types[] = {ggml_type::f32,  ggml_type::f16,  ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0,
+                             ggml_type::q5_1, ggml_type::q8_0, ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k};
+
+class moe_types : public ::testing::TestWithParam<ggml_type> {};
+
+TEST_P(moe_types, matvec_matches_cpu) {
+  REQUIRE_GPU();
+  const ggml_type t = GetParam();
+  // 256 inputs: 8-lane sub-warps for K-quants; 768: 16 lanes (the down projection's shape);
+  // 2048: whole warps (gate/up). n_out not a multiple of the rows per group.
+  check_matvec(t, 128, 256, 21, 1, 8, 0, 1, false);
+  check_matvec(t, 4, 768, 37, 3, 2, 0, 2, false);
+  check_matvec(t, 8, 768, 40, 8, 8, 768, 1, false);
+  check_matvec(t, 16, 2048, 19, 2, 4, 0, 2, true);
+  check_matvec(t, 6, 512, 33, 5, 1, 512 + 32, 1, false);
+}
+
+INSTANTIATE_TEST_SUITE_P(all, moe_types, ::testing::ValuesIn(k_types),
+                         [](const auto& info) { return std::string(type_name(info.param)); });
+
+TEST(moe, swiglu_q8_feeds_down_projection) {
+  REQUIRE_GPU();
+  const int rows = 10, n = 768, n_expert = 12, n_out = 64, n_tok = 1, k = 10;
+  const auto g = randoms(size_t(rows * n), 3, -3.f, 3.f), u = randoms(size_t(rows * n), 4);
+  dev<float> dg(g), du(u), h(size_t(rows * n)), ya(size_t(rows * n_out)), yb(size_t(rows * n_out));
+  dev<uint8_t> work(moe_matvec_work_bytes(n, rows)), work2(moe_matvec_work_bytes(n, rows));
+  ASSERT_EQ(launch_moe_swiglu_q8(dg.p, du.p, h.p, rows, n, work.p, nullptr), cudaSuccess);
+  const auto hh = h.host();
+  for (int i = 0; i < rows * n; ++i) {
+    const float want = g[i] / (1.f + std::exp(-g[i])) * u[i];
+    ASSERT_NEAR(hh[i], want, 1e-6f * std::fabs(want) + 1e-7f) << i;  // expf vs exp: ulps
+  }
+  const auto ex = make_experts(ggml_type::q4_k, n_expert, n, n_out, 9);
+  dev<uint8_t> w(ex.q);
+  dev<int32_t> ids(random_ids(n_tok, k, n_expert, 2));
+  const moe_matvec_output o{w.p, ya.p}, o2{w.p, yb.p};
+  ASSERT_EQ(launch_moe_matvec_multi(ggml_type::q4_k, &o, 1, ex.stride, n_expert, n, n_out, nullptr, n, true, n_tok, k,
+                                    ids.p, work.p, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(launch_moe_matvec_multi(ggml_type::q4_k, &o2, 1, ex.stride, n_expert, n, n_out, h.p, n, false, n_tok, k,
+                                    ids.p, work2.p, nullptr),
+            cudaSuccess);
+  // The same floats quantized by the same warp code: identical results.
+  EXPECT_EQ(ya.host(), yb.host());
+}
+
+TEST(moe, matvec_rejects_bad_arguments) {
+  REQUIRE_GPU();
+  dev<uint8_t> w(size_t(1 << 16)), work(moe_matvec_work_bytes(256, 64));
+  dev<float> x(size_t(4096)), y(size_t(4096));
+  dev<int32_t> ids(size_t(64));
+  const auto q4k = ggml_type::q4_k;
+  EXPECT_EQ(launch_moe_matvec(q4k, w.p, 4096, 4, 128, 4, x.p, 0, 1, 2, ids.p, y.p, work.p, nullptr),
+            cudaErrorInvalidValue);  // n_in not a multiple of 256
+  EXPECT_EQ(launch_moe_matvec(q4k, w.p, 4096, 4, 256, 4, x.p, 0, 9, 2, ids.p, y.p, work.p, nullptr),
+            cudaErrorInvalidValue);  // too many tokens
+  EXPECT_EQ(launch_moe_matvec(q4k, w.p, 4096, 4, 256, 4, x.p, 0, 1, 17, ids.p, y.p, work.p, nullptr),
+            cudaErrorInvalidValue);  // k
+  EXPECT_EQ(launch_moe_matvec(q4k, w.p, 4096, 4, 256, 4, x.p, 128, 1, 2, ids.p, y.p, work.p, nullptr),
+            cudaErrorInvalidValue);  // x_stride < n_in
+  EXPECT_EQ(launch_moe_matvec(q4k, w.p, 4096, 4, 256, 4, x.p, 0, 1, 2, ids.p, y.p, nullptr, nullptr),
+            cudaErrorInvalidValue);  // no workspace
+  EXPECT_EQ(launch_moe_matvec(q4k, w.p, 4100, 4, 256, 4, x.p, 0, 1, 2, ids.p, y.p, work.p, nullptr),
+            cudaErrorMisalignedAddress);
+  EXPECT_EQ(launch_moe_matvec(q4k, w.p + 2, 4096, 4, 256, 4, x.p, 0, 1, 2, ids.p, y.p, work.p, nullptr),
+            cudaErrorMisalignedAddress);
+  EXPECT_EQ(launch_moe_matvec(ggml_type::bf16, w.p, 4096, 4, 256, 4, x.p, 0, 1, 2, ids.p, y.p, work.p, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+TEST(moe, combine_weighted_sum_and_residual) {
+  REQUIRE_GPU();
+  for (int k : {1, 3, 8}) {
+    const int n_tok = 5;
+    const int64_t n = 1000;
+    const auto y = randoms(size_t(n_tok * k * n), 21), w = randoms(size_t(n_tok * k), 22, 0.f, 1.f),
+               r = randoms(size_t(n_tok * n), 23);
+    for (bool add : {false, true}) {
+      dev<float> dy(y), dw(w), out(r);
+      ASSERT_EQ(launch_moe_combine(dy.p, dw.p, n_tok, k, n, out.p, add, nullptr), cudaSuccess);
+      const auto o = out.host();
+      for (int t = 0; t < n_tok; ++t)
+        for (int64_t i = 0; i < n; ++i) {
+          double s = add ? r[t * n + i] : 0.0, mag = std::fabs(s);
+          for (int j = 0; j < k; ++j) s += double(w[t * k + j]) * y[(t * k + j) * n + i], mag += std::fabs(w[t * k + j] * y[(t * k + j) * n + i]);
+          ASSERT_NEAR(o[t * n + i], s, 1e-6 * mag + 1e-7) << "k " << k << " t " << t << " i " << i;  // k fmas
+        }
+    }
+  }
+}
+
+// ---- Grouping -----------------------------------------------------------------------------
+
+struct grouping {
+  std::vector<int32_t> counts, offsets, perm, tiles;
+};
+
+grouping group_cpu(const std::vector<int32_t>& ids, int n_expert) {
+  grouping g;
+  g.counts.assign(n_expert + 1, 0);
+  const auto bucket = [&](int32_t id) { return id >= 0 && id < n_expert ? id : n_expert; };
+  for (int32_t id : ids) ++g.counts[bucket(id)];
+  g.offsets.assign(n_expert + 1, 0);
+  g.tiles.assign(n_expert + 1, 0);
+  for (int e = 1; e <= n_expert; ++e) {
+    g.offsets[e] = g.offsets[e - 1] + g.counts[e - 1];
+    g.tiles[e] = g.tiles[e - 1] + (g.counts[e - 1] + k_moe_gemm_rows - 1) / k_moe_gemm_rows;
+  }
+  g.perm.assign(ids.size(), -1);
+  std::vector<int32_t> next(g.offsets);
+  next.push_back(0);
+  for (size_t p = 0; p < ids.size(); ++p) g.perm[next[bucket(ids[p])]++] = int32_t(p);
+  return g;
+}
+
+grouping group_gpu(const std::vector<int32_t>& ids, int n_tok, int k, int n_expert) {
+  dev<int32_t> di(ids), counts(size_t(n_expert + 1)), offsets(size_t(n_expert + 1)), perm(ids.size()),
+      tiles(size_t(n_expert + 1));
+  dev<uint8_t> work(moe_group_work_bytes(n_tok, k, n_expert));
+  EXPECT_EQ(launch_moe_group(di.p, n_tok, k, n_expert, counts.p, offsets.p, perm.p, tiles.p, work.p, nullptr),
+            cudaSuccess);
+  return {counts.host(), offsets.host(), perm.host(), tiles.host()};
+}
+
+TEST(moe, group_is_a_stable_counting_sort) {
+  REQUIRE_GPU();
+  struct gcase {
+    int n_tok, k, n_expert;
+  };
+  const std::vector<gcase> cases = {{1, 1, 1},      {0, 8, 128},    {7, 2, 4},  {300, 8, 128},
+                                    {2048, 8, 128}, {999, 10, 512}, {1000, 1, 3}};
+  for (const gcase& c : cases) {
+    auto ids = c.n_tok > 0 ? random_ids(c.n_tok, c.k, c.n_expert, 11 + c.n_tok) : std::vector<int32_t>{};
+    if (ids.size() > 10) ids[3] = -1, ids[ids.size() - 2] = c.n_expert;  // invalid ids go last
+    const grouping want = group_cpu(ids, c.n_expert), got = group_gpu(ids, c.n_tok, c.k, c.n_expert);
+    const std::string what = "tok " + std::to_string(c.n_tok) + " k " + std::to_string(c.k) + " E " +
+                             std::to_string(c.n_expert);
+    EXPECT_EQ(got.counts, want.counts) << what;
+    EXPECT_EQ(got.offsets, want.offsets) << what;
+    EXPECT_EQ(got.tiles, want.tiles) << what;
+    EXPECT_EQ(got.perm, want.perm) << what;
+  }
+}
+
+// ---- Grouped GEMM -------------------------------------------------------------------------
+
+float f16_round(float v) { return fp16_to_fp32(fp32_to_fp16(v)); }
+
+struct gemm_case {
+  ggml_type type;
+  int n_tok, k, n_expert;
+  int64_t n_in, n_out;
+  moe_rows x_rows, y_rows;
+  int ids_kind;  // 0 random, 1 every pair on expert 2, 2 experts 1 and 3 idle
+  int n_outs;
+};
+
+std::vector<int32_t> gemm_ids(const gemm_case& c) {
+  if (c.ids_kind == 1) return std::vector<int32_t>(size_t(c.n_tok) * c.k, 2);
+  auto ids = random_ids(c.n_tok, c.k, c.n_expert, 31);
+  if (c.ids_kind == 2)
+    for (auto& id : ids)
+      if (id == 1 || id == 3) id = 0;
+  return ids;
+}
+
+void check_gemm(const gemm_case& c) {
+  const std::string what = std::string(type_name(c.type)) + " tok " + std::to_string(c.n_tok) + " k " +
+                           std::to_string(c.k) + " E " + std::to_string(c.n_expert) + " " + std::to_string(c.n_out) +
+                           "x" + std::to_string(c.n_in) + " rows " + std::to_string(int(c.x_rows)) + "/" +
+                           std::to_string(int(c.y_rows)) + " ids " + std::to_string(c.ids_kind);
+  SCOPED_TRACE(what);
+  const auto ids = gemm_ids(c);
+  const int64_t n_pairs = int64_t(c.n_tok) * c.k;
+  const int64_t x_rows = c.x_rows == moe_rows::by_token ? c.n_tok : n_pairs;
+  const auto x = randoms(size_t(x_rows * c.n_in), 41, -2.f, 2.f);
+  experts ex[2] = {make_experts(c.type, c.n_expert, c.n_in, c.n_out, 60),
+                   make_experts(c.type, c.n_expert, c.n_in, c.n_out, 460)};
+  const grouping g = group_cpu(ids, c.n_expert);
+  dev<int32_t> offsets(g.offsets), perm(g.perm), tiles(g.tiles);
+  dev<uint8_t> w0(ex[0].q), w1(ex[1].q), work(moe_gemm_work_bytes(c.n_in, x_rows));
+  dev<float> dx(x), y0(size_t(n_pairs * c.n_out)), y1(size_t(n_pairs * c.n_out));
+  const moe_matvec_output outs[2] = {{w0.p, y0.p}, {w1.p, y1.p}};
+  ASSERT_EQ(launch_moe_gemm(c.type, outs, c.n_outs, ex[0].stride, c.n_expert, c.n_in, c.n_out, dx.p, c.x_rows,
+                            c.y_rows, c.n_tok, c.k, offsets.p, perm.p, tiles.p, work.p, nullptr),
+            cudaSuccess);
+  const std::vector<float> got[2] = {y0.host(), y1.host()};
+  std::vector<float> xh(size_t(c.n_in)), wh(size_t(c.n_in));
+  for (int m = 0; m < c.n_outs; ++m)
+    for (int64_t r = 0; r < n_pairs; ++r) {
+      const int pair = g.perm[r], e = ids[pair];
+      const int64_t xr = c.x_rows == moe_rows::by_token ? pair / c.k : c.x_rows == moe_rows::by_pair ? pair : r;
+      const int64_t yr = c.y_rows == moe_rows::by_pair ? pair : r;
+      for (int64_t i = 0; i < c.n_in; ++i) xh[i] = f16_round(x[xr * c.n_in + i]);
+      for (int64_t o = 0; o < c.n_out; ++o) {
+        const float* wr = ex[m].deq.data() + (size_t(e) * c.n_out + o) * c.n_in;
+        double ref = 0, mag = 0;
+        for (int64_t i = 0; i < c.n_in; ++i) {
+          const double wv = f16_round(wr[i]);
+          ref += wv * xh[i], mag += std::fabs(wv * xh[i]);
+        }
+        // Both operands rounded to fp16 as the kernel does (dequant4 gives the CPU's floats, both
+        // round to nearest even); fp16 x fp16 products are exact in fp32, so only the tensor cores'
+        // fp32 accumulation differs: at most ~n_in / 16 roundings of 2^-22 (truncating adders) of
+        // sum |w x|, 1.2e-5 at n_in = 768; 2e-5 covers the shapes here.
+        ASSERT_NEAR(got[m][yr * c.n_out + o], ref, 2e-5 * mag + 1e-5) << "mat " << m << " row " << r << " out " << o;
+      }
+    }
+}
+
+TEST(moe, grouped_gemm_matches_cpu) {
+  REQUIRE_GPU();
+  using mr = moe_rows;
+  const gemm_case cases[] = {
+      {ggml_type::f16, 1, 1, 4, 256, 64, mr::by_token, mr::grouped, 0, 1},
+      {ggml_type::q4_k, 37, 4, 8, 512, 200, mr::by_token, mr::grouped, 0, 2},    // partial row and column tiles
+      {ggml_type::q4_k, 150, 1, 4, 256, 128, mr::by_token, mr::by_pair, 1, 1},   // one expert, 3 tiles
+      {ggml_type::q6_k, 90, 4, 6, 768, 130, mr::grouped, mr::by_pair, 2, 1},     // idle experts
+      {ggml_type::q8_0, 70, 8, 16, 288, 96, mr::by_pair, mr::by_pair, 0, 1},
+      {ggml_type::q4_0, 33, 2, 4, 256, 64, mr::by_token, mr::grouped, 2, 2},
+      {ggml_type::q5_k, 20, 3, 5, 256, 48, mr::by_token, mr::by_pair, 0, 1},
+      {ggml_type::f32, 64, 2, 3, 128, 160, mr::by_token, mr::grouped, 0, 1},
+      {ggml_type::q4_1, 17, 2, 4, 64, 40, mr::by_pair, mr::grouped, 0, 1},
+      {ggml_type::q5_0, 17, 2, 4, 64, 40, mr::by_token, mr::grouped, 0, 1},
+      {ggml_type::q5_1, 17, 2, 4, 64, 40, mr::by_token, mr::grouped, 0, 1},
+  };
+  for (const auto& c : cases) check_gemm(c);
+}
+
+TEST(moe, prefill_pipeline_with_device_grouping) {
+  REQUIRE_GPU();
+  // route -> group on the device -> grouped GEMM, against the same GEMM on the CPU grouping.
+  const int n_tok = 129, n_expert = 32, k = 4;
+  const int64_t n_in = 256, n_out = 96;
+  const auto logits = randoms(size_t(n_tok * n_expert), 91);
+  dev<float> dl(logits), dw(size_t(n_tok * k));
+  dev<int32_t> ids(size_t(n_tok * k)), counts(size_t(n_expert + 1)), offsets(size_t(n_expert + 1)),
+      perm(size_t(n_tok * k)), tiles(size_t(n_expert + 1));
+  dev<uint8_t> gwork(moe_group_work_bytes(n_tok, k, n_expert));
+  ASSERT_EQ(launch_moe_route(dl.p, n_tok, n_expert, k, true, ids.p, dw.p, nullptr), cudaSuccess);
+  ASSERT_EQ(launch_moe_group(ids.p, n_tok, k, n_expert, counts.p, offsets.p, perm.p, tiles.p, gwork.p, nullptr),
+            cudaSuccess);
+  const auto hid = ids.host();
+  const grouping want = group_cpu(hid, n_expert);
+  EXPECT_EQ(perm.host(), want.perm);
+  const auto ex = make_experts(ggml_type::q4_k, n_expert, n_in, n_out, 5);
+  const auto x = randoms(size_t(n_tok * n_in), 92);
+  dev<uint8_t> w(ex.q), work(moe_gemm_work_bytes(n_in, n_tok));
+  dev<float> dx(x), y(size_t(n_tok * k * n_out));
+  const moe_matvec_output o{w.p, y.p};
+  ASSERT_EQ(launch_moe_gemm(ggml_type::q4_k, &o, 1, ex.stride, n_expert, n_in, n_out, dx.p, moe_rows::by_token,
+                            moe_rows::by_pair, n_tok, k, offsets.p, perm.p, tiles.p, work.p, nullptr),
+            cudaSuccess);
+  const auto got = y.host();
+  for (int p = 0; p < n_tok * k; ++p)
+    for (int64_t oo = 0; oo < n_out; ++oo) {
+      const float* wr = ex.deq.data() + (size_t(hid[p]) * n_out + oo) * n_in;
+      double ref = 0, mag = 0;
+      for (int64_t i = 0; i < n_in; ++i) {
+        const double v = double(f16_round(wr[i])) * f16_round(x[(p / k) * n_in + i]);
+        ref += v, mag += std::fabs(v);
+      }
+      // Tolerance as in grouped_gemm_matches_cpu.
+      ASSERT_NEAR(got[p * n_out + oo], ref, 2e-5 * mag + 1e-5) << "pair " << p << " out " << oo;
+    }
+}
+
+// ---- Benchmarks ---------------------------------------------------------------------------
+
+template <class F>
+double time_us(F&& launch) {
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (int i = 0; i < 5; ++i) launch(i, s);
+  const int reps = 20;
+  cudaGraph_t g;
+  cudaGraphExec_t exec = nullptr;
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  for (int i = 0; i < reps; ++i) launch(i, s);
+  cudaStreamEndCapture(s, &g);
+  cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  cudaGraphLaunch(exec, s);
+  std::vector<float> ms;
+  for (int r = 0; r < 5; ++r) {
+    cudaEventRecord(e0, s);
+    cudaGraphLaunch(exec, s);
+    cudaEventRecord(e1, s);
+    cudaEventSynchronize(e1);
+    float m = 0;
+    cudaEventElapsedTime(&m, e0, e1);
+    ms.push_back(m / reps);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(s);
+  std::sort(ms.begin(), ms.end());
+  return ms[2] * 1e3;
+}
+
+// Qwen3-30B-A3B shapes, Q4_K: 128 experts x (768 x 2048) gate/up fused, one token, top-8, from
+// CUDA graphs (so also capturable): GB/s of the active expert bytes, against launch_matvec on a
+// dense matrix of the same active rows (8 * 768 * 2 x 2048). Several layer copies (> L2).
+TEST(big, moe_decode_bandwidth) {
+  REQUIRE_GPU();
+  const int n_expert = 128, k = 8, layers = 6;
+  const int64_t n_in = 2048, n_ff = 768;
+  const size_t rb = *row_bytes(ggml_type::q4_k, n_in), stride = rb * n_ff;
+  const auto tile = quantize_matrix(ggml_type::q4_k, randoms(size_t(n_in * 64), 1), n_in, 64);
+  std::vector<uint8_t> all(stride * n_expert * layers);
+  for (size_t i = 0; i < all.size(); i += tile.size()) std::copy_n(tile.begin(), std::min(tile.size(), all.size() - i), all.begin() + i);
+  dev<uint8_t> wg(all), wu(all), work(moe_matvec_work_bytes(n_in, 8));
+  dev<float> x(randoms(size_t(n_in * 8), 2)), yg(size_t(8 * k * n_ff)), yu(size_t(8 * k * n_ff));
+  for (int n_tok : {1, 4, 8}) {
+    dev<int32_t> ids(random_ids(n_tok, k, n_expert, 3));
+    const double us = time_us([&](int i, cudaStream_t s) {
+      const size_t off = stride * n_expert * (i % layers);
+      const moe_matvec_output o[2] = {{wg.p + off, yg.p}, {wu.p + off, yu.p}};
+      launch_moe_matvec_multi(ggml_type::q4_k, o, 2, stride, n_expert, n_in, n_ff, x.p, 0, false, n_tok, k, ids.p,
+                              work.p, s);
+    });
+    const double bytes = 2.0 * n_tok * k * stride;  // upper bound: repeated experts across tokens count twice
+    std::printf("moe gate+up q4_k tok %d: %.1f us, %.0f GB/s of pair bytes\n", n_tok, us, bytes / us / 1e3);
+  }
+  const double dense = time_us([&](int i, cudaStream_t s) {
+    const size_t off = stride * n_expert * (i % layers);
+    launch_matvec(ggml_type::q4_k, wg.p + off, n_in, 2 * k * n_ff, x.p, 1, yg.p, work.p, s);
+  });
+  std::printf("dense launch_matvec same active rows: %.1f us, %.0f GB/s\n", dense, 2.0 * k * stride / dense / 1e3);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// Prefill: 2048 tokens, top-8 of 128 experts, gate+up (2048 -> 768 x 2) and down (768 -> 2048),
+// Q4_K: TFLOPS counted on the active FLOPs (2 n_tok k n_in n_out per matrix).
+TEST(big, moe_prefill_tflops) {
+  REQUIRE_GPU();
+  const int n_tok = 2048, n_expert = 128, k = 8;
+  const int64_t n_embd = 2048, n_ff = 768;
+  const auto ids = random_ids(n_tok, k, n_expert, 4);
+  const grouping g = group_cpu(ids, n_expert);
+  dev<int32_t> offsets(g.offsets), perm(g.perm), tiles(g.tiles);
+  const auto tile = quantize_matrix(ggml_type::q4_k, randoms(size_t(n_embd * 64), 1), n_embd, 64);
+  const size_t rb_up = *row_bytes(ggml_type::q4_k, n_embd), rb_dn = *row_bytes(ggml_type::q4_k, n_ff);
+  std::vector<uint8_t> wup(rb_up * n_ff * n_expert), wdn(rb_dn * n_embd * n_expert);
+  for (size_t i = 0; i < wup.size(); ++i) wup[i] = tile[i % tile.size()];
+  for (size_t i = 0; i < wdn.size(); ++i) wdn[i] = tile[(i % rb_dn) % tile.size()];
+  dev<uint8_t> dg(wup), du(wup), dd(wdn), work(moe_gemm_work_bytes(n_embd, int64_t(n_tok) * k));
+  dev<float> x(randoms(size_t(n_tok * n_embd), 5)), yg(size_t(n_tok) * k * n_ff), yu(size_t(n_tok) * k * n_ff),
+      yd(size_t(n_tok) * k * n_embd);
+  const double us_up = time_us([&](int, cudaStream_t s) {
+    const moe_matvec_output o[2] = {{dg.p, yg.p}, {du.p, yu.p}};
+    launch_moe_gemm(ggml_type::q4_k, o, 2, rb_up * n_ff, n_expert, n_embd, n_ff, x.p, moe_rows::by_token,
+                    moe_rows::grouped, n_tok, k, offsets.p, perm.p, tiles.p, work.p, s);
+  });
+  const double us_dn = time_us([&](int, cudaStream_t s) {
+    const moe_matvec_output o{dd.p, yd.p};
+    launch_moe_gemm(ggml_type::q4_k, &o, 1, rb_dn * n_embd, n_expert, n_ff, n_embd, yg.p, moe_rows::grouped,
+                    moe_rows::by_pair, n_tok, k, offsets.p, perm.p, tiles.p, work.p, s);
+  });
+  const double flops = 2.0 * n_tok * k * n_embd * n_ff;
+  std::printf("moe prefill q4_k 2048 tok: gate+up %.0f us (%.1f TFLOPS), down %.0f us (%.1f TFLOPS)\n", us_up,
+              2 * flops / us_up / 1e6, us_dn, flops / us_dn / 1e6);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace tandem
