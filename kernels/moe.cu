@@ -122,6 +122,8 @@ __global__ void __launch_bounds__(256) moe_swiglu_q8_kernel(const float* gate, c
   }
 }
 
+// Sigmoid: the weights are the shared expert's gate logits, applied as sigmoid(w) (k = 1).
+template <bool Sigmoid>
 __global__ void __launch_bounds__(256) moe_combine_kernel(const float* __restrict__ y, const float* __restrict__ w,
                                                           int n_tok, int k, int64_t n_embd, float* out, bool add) {
   pdl_wait();
@@ -132,7 +134,7 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const float* __restric
     const float* wt = w + static_cast<int64_t>(t) * k;
     const float* yt = y + static_cast<int64_t>(t) * k * n_embd + i;
     float s = 0.f;
-    for (int j = 0; j < k; ++j) s = fmaf(wt[j], yt[j * n_embd], s);
+    for (int j = 0; j < k; ++j) s = fmaf(Sigmoid ? 1.f / (1.f + expf(-wt[j])) : wt[j], yt[j * n_embd], s);
     float* o = out + static_cast<int64_t>(t) * n_embd + i;
     *o = add ? *o + s : s;
   }
@@ -484,7 +486,18 @@ cudaError_t launch_moe_combine(const float* y, const float* weights, int n_tok, 
   if (n_tok == 0 || n_embd == 0) return cudaSuccess;
   const auto gx = static_cast<unsigned>((n_embd + 255) / 256);
   const auto gy = static_cast<unsigned>(std::min(n_tok, 65535));
-  return launch_pdl(moe_combine_kernel, dim3(gx, gy), dim3(256), stream, y, weights, n_tok, k, n_embd, out, add);
+  return launch_pdl(moe_combine_kernel<false>, dim3(gx, gy), dim3(256), stream, y, weights, n_tok, k, n_embd, out,
+                    add);
+}
+
+cudaError_t launch_moe_shared_add(const float* y, const float* gate_logits, int n_tok, int64_t n_embd, float* out,
+                                  cudaStream_t stream) {
+  if (n_tok < 0 || n_embd < 0) return cudaErrorInvalidValue;
+  if (n_tok == 0 || n_embd == 0) return cudaSuccess;
+  const auto gx = static_cast<unsigned>((n_embd + 255) / 256);
+  const auto gy = static_cast<unsigned>(std::min(n_tok, 65535));
+  return launch_pdl(moe_combine_kernel<true>, dim3(gx, gy), dim3(256), stream, y, gate_logits, n_tok, 1, n_embd, out,
+                    true);
 }
 
 size_t moe_group_work_bytes(int n_tok, int k, int n_expert) {

@@ -83,6 +83,11 @@ cudaError_t launch_moe_swiglu_q8(const float* gate, const float* up, float* out,
 cudaError_t launch_moe_combine(const float* y, const float* weights, int n_tok, int k, int64_t n_embd, float* out,
                                bool add, cudaStream_t stream);
 
+// The shared expert: out[t * n_embd + i] += sigmoid(gate_logits[t]) * y[t * n_embd + i]
+// (gate_logits: its gate row dotted with the token's input). y must not alias out.
+cudaError_t launch_moe_shared_add(const float* y, const float* gate_logits, int n_tok, int64_t n_embd, float* out,
+                                  cudaStream_t stream);
+
 // ---- Prefill: grouping by expert and the grouped GEMM --------------------------------------
 // Grouped rows per GEMM row tile; launch_moe_group's tile_offsets count tiles of this many.
 constexpr int k_moe_gemm_rows = 64;

@@ -17,6 +17,7 @@
 #include "kernels/flash_attention.h"
 #include "kernels/layer_ops.h"
 #include "kernels/matvec.h"
+#include "kernels/moe.h"
 
 namespace tandem {
 namespace {
@@ -53,10 +54,14 @@ status cuda_backend::init(const cuda_backend_options& opt) {
   for (uint32_t il = range_.layer_begin; il < range_.layer_end; ++il) {
     const device_layer& L = w_.layers[il];
     for (const device_matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down, &L.dn_qkv, &L.dn_gate,
-                                   &L.dn_beta, &L.dn_alpha, &L.dn_out}) {
+                                   &L.dn_beta, &L.dn_alpha, &L.dn_out, &L.router, &L.shexp_gate, &L.gate_shexp,
+                                   &L.up_shexp, &L.down_shexp}) {
       bytes_per_token_ += m->row_bytes * uint64_t(m->n_out);
       largest = std::max<int64_t>(largest, m->n_in * m->n_out);
     }
+    // A token reads k of the n_expert experts' rows (plan/active_weights.h counts the same).
+    for (const device_matrix* m : {&L.gate_exps, &L.up_exps, &L.down_exps})
+      if (hp_.n_expert > 0) bytes_per_token_ += m->row_bytes * uint64_t(m->n_out) * hp_.n_expert_used / hp_.n_expert;
   }
   // A decode token reads and writes its sequence's whole recurrent state in every DeltaNet layer.
   const recurrent_layout rec = cuda_kv_cache::recurrent_of(hp_, range_.layer_begin, range_.layer_end);
@@ -216,7 +221,7 @@ status cuda_backend::ensure_scratch(int n) {
   if (n <= scratch_tokens_) return {};
   const auto& hp = hp_;
   const size_t T = size_t(n), E = hp.n_embd, QD = size_t(hp.n_head) * hp.head_dim,
-               KD = size_t(hp.n_head_kv) * hp.head_dim, F = hp.n_ff;
+               KD = size_t(hp.n_head_kv) * hp.head_dim, F = std::max(hp.n_ff, hp.n_ff_shexp);
   const size_t f = sizeof(float);
   TANDEM_TRY(x_.alloc(T * E * f));
   TANDEM_TRY(xn_.alloc(T * E * f));
@@ -232,6 +237,7 @@ status cuda_backend::ensure_scratch(int n) {
   TANDEM_TRY(xh_.alloc(T * widest * sizeof(uint16_t)));
   TANDEM_TRY(matvec_work_.alloc(matvec_work_bytes(int64_t(widest), std::min(n, k_matvec_max_tokens))));
   TANDEM_TRY(ensure_hybrid_scratch(n));
+  TANDEM_TRY(ensure_moe_scratch(n));
   scratch_tokens_ = n;
   return {};
 }
@@ -257,7 +263,7 @@ status cuda_backend::output_head(const float* x, int n_tok, float* y) {
 
 status cuda_backend::matmul(const device_matrix& w, const float* x, int n_tok, float* y) {
   const cudaStream_t s = ctx_->stream();
-  if (n_tok <= k_matvec_max_tokens && gpu_can_matvec(w.type)) {
+  if (n_tok <= k_matvec_max_tokens && gpu_can_matvec(w.type) && w.n_in % 32 == 0) {
     TANDEM_CUDA_TRY(launch_matvec(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, matvec_work_.get(), s));
     return {};
   }
@@ -286,7 +292,8 @@ status cuda_backend::matmul(const device_matrix& w, const float* x, int n_tok, f
 // Otherwise each goes through matmul(), and `add` through tmp_ and launch_add.
 status cuda_backend::matmul_fused(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add) {
   const device_matrix& w0 = *jobs.begin()->w;
-  bool fused = n_tok <= k_matvec_max_tokens && gpu_can_matvec(w0.type) && jobs.size() <= k_matvec_max_outputs;
+  bool fused = n_tok <= k_matvec_max_tokens && gpu_can_matvec(w0.type) && jobs.size() <= k_matvec_max_outputs &&
+               w0.n_in % 32 == 0;
   for (const auto& j : jobs) fused = fused && j.w->type == w0.type && j.w->n_in == w0.n_in;
   if (fused) {
     matvec_output outs[k_matvec_max_outputs];
@@ -336,7 +343,7 @@ status cuda_backend::layer(uint32_t il, cuda_kv_cache& cache) {
   }
   TANDEM_TRY(reduce_partial());
   TANDEM_TRY(mark("sum after attention"));
-  TANDEM_TRY(hp_.n_ff > 0 ? ffn_block(il) : clear_partial());
+  TANDEM_TRY(moe() ? moe_block(il) : hp_.n_ff > 0 ? ffn_block(il) : clear_partial());
   TANDEM_TRY(reduce_partial());
   return mark("sum after FFN");
 }
@@ -558,8 +565,16 @@ result<std::unique_ptr<cuda_backend_api>> make_cuda_backend(const model_desc& de
     return make_error("CUDA backend: head size ", hp.head_dim, " is not supported (32, 64, 128 or 256)");
   if (hp.n_head % hp.n_head_kv != 0)
     return make_error("CUDA backend: ", hp.n_head, " query heads do not divide into ", hp.n_head_kv, " KV heads");
-  if (hp.moe())
-    return make_error("CUDA backend: ", desc.arch->name, " (mixture of experts) is not supported yet; use the CPU backend");
+  if (hp.moe()) {
+    // The routed experts live with one device's layers; splits do not cut them yet.
+    if (!opt.tensor_shares.empty() || opt.devices.size() > 1 || opt.layers_per_device.size() > 1)
+      return make_error("CUDA backend: splitting ", desc.arch->name, " (mixture of experts) over several GPUs is not supported yet");
+    if (hp.n_expert > uint32_t(k_moe_max_experts) || hp.n_expert_used > uint32_t(k_moe_max_k))
+      return make_error("CUDA backend: ", hp.n_expert, " experts with ", hp.n_expert_used, " per token (at most ",
+                        k_moe_max_experts, " and ", k_moe_max_k, ")");
+    if (hp.n_embd % 32 != 0 || hp.n_ff_exp % 32 != 0)
+      return make_error("CUDA backend: expert widths ", hp.n_embd, " and ", hp.n_ff_exp, " must be multiples of 32");
+  }
   if (hp.hybrid()) {
     // The recurrent state lives with one device's layers; splits do not carry it yet.
     if (!opt.tensor_shares.empty() || opt.devices.size() > 1 || opt.layers_per_device.size() > 1)

@@ -110,6 +110,14 @@ class cuda_backend final : public cuda_stage {
   void begin_states(const batch& b, cuda_kv_cache& cache);
   status finish_states();
 
+  // Mixture-of-experts models (cuda_moe_block.cpp).
+  bool moe() const { return hp_.moe(); }
+  status moe_block(uint32_t il);
+  status ensure_moe_scratch(int n_tok);
+  status moe_experts_decode(const device_layer& L, const float* xn, int n_tok);
+  status moe_experts_prefill(const device_layer& L, const float* xn, int n_tok);
+  status moe_shared_expert(const device_layer& L, const float* xn, int n_tok);
+
   model_desc desc_;
   std::unique_ptr<cuda_context> ctx_;
   device_weights w_;
@@ -126,6 +134,10 @@ class cuda_backend final : public cuda_stage {
   // Hybrid models: wq's output [q, gate] and the gate; the DeltaNet's qkv, conv output u, z, the
   // gate inputs b and a, the gates g and beta, the rule's output o and the gated norm's y.
   device_buffer qg_, attn_gate_, dn_qkv_, dn_u_, dn_z_, dn_b_, dn_a_, dn_o_, dn_y_;
+  // MoE layers: router logits, each token's k expert ids and weights, the (token, slot) rows'
+  // gate/up and down outputs, prefill's grouping (counts, offsets, tile offsets, perm), and the
+  // experts' own workspace (the int8 copy of x, or fp16 x and the grouping's histograms).
+  device_buffer moe_logits_, moe_ids_, moe_w_, moe_gate_, moe_up_, moe_y_, moe_group_, moe_work_;
   int scratch_tokens_ = 0;
   cuda_graph_cache graphs_;
   bool use_graphs_ = true;

@@ -243,7 +243,11 @@ status add_layer(const layer_weights& l, layer_kind kind, const layer_cut& c, cu
     v.add(l.bk, c.k0, c.k1);
     v.add(l.bv, c.k0, c.k1);
   }
-  if (c.f1 > c.f0) {
+  if (l.ffn_gate_exps) {  // never cut: make_cuda_backend refuses splits of MoE models
+    for (const gguf_tensor* t : {l.ffn_gate_inp, l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps}) TANDEM_TRY(m.add(t));
+    for (const gguf_tensor* t : {l.ffn_gate_inp_shexp, l.ffn_gate_shexp, l.ffn_up_shexp, l.ffn_down_shexp})
+      if (t) TANDEM_TRY(m.add(t));
+  } else if (c.f1 > c.f0) {
     const auto rows = c.all_ffn ? cut_kind::whole : cut_kind::rows;
     TANDEM_TRY(m.add(l.ffn_gate, rows, c.f0, c.f1));
     TANDEM_TRY(m.add(l.ffn_up, rows, c.f0, c.f1));
@@ -320,6 +324,14 @@ status upload_weights(const model_desc& desc, const cuda_context& ctx, size_t st
       d.dn_ba.n_out += d.dn_alpha.n_out;
     }
     d.dn_out = mats.at(l.dn_out, base);
+    d.router = mats.at(l.ffn_gate_inp, base);
+    d.gate_exps = mats.at(l.ffn_gate_exps, base);
+    d.up_exps = mats.at(l.ffn_up_exps, base);
+    d.down_exps = mats.at(l.ffn_down_exps, base);
+    d.shexp_gate = mats.at(l.ffn_gate_inp_shexp, base);
+    d.gate_shexp = mats.at(l.ffn_gate_shexp, base);
+    d.up_shexp = mats.at(l.ffn_up_shexp, base);
+    d.down_shexp = mats.at(l.ffn_down_shexp, base);
     d.dn_conv = vec(l.dn_conv);
     d.dn_dt_bias = vec(l.dn_dt_bias);
     d.dn_a = vec(l.dn_a);

@@ -37,6 +37,11 @@ struct device_layer {
   const float* dn_dt_bias = nullptr;  // [Hv]
   const float* dn_a = nullptr;        // [Hv], = -exp(A_log)
   const float* dn_norm = nullptr;     // [dv]
+  // Mixture-of-experts layers (empty elsewhere): the router {n_embd, n_expert}, the routed
+  // experts stacked {n_in, n_out, n_expert} (expert e's rows from e * n_out, so n_out here counts
+  // all experts' rows), and the shared expert with its gate row {n_embd, 1}.
+  device_matrix router, gate_exps, up_exps, down_exps;
+  device_matrix shexp_gate, gate_shexp, up_shexp, down_shexp;
 };
 
 struct device_weights {

@@ -1,0 +1,149 @@
+// The mixture-of-experts FFN of the CUDA forward pass (qwen3moe, qwen35moe): the router, each
+// token's k experts (decode: mat-vecs over the selected experts' rows; prefill: tokens grouped by
+// expert on the device and one grouped GEMM per projection), the weighted sum, and the shared
+// expert with its sigmoid gate. The math is backend/cpu/moe_ops.h's, through kernels/moe.h.
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend_impl.h"
+#include "kernels/cuda_check.h"
+#include "kernels/layer_ops.h"
+#include "kernels/matvec.h"
+#include "kernels/moe.h"
+
+namespace tandem {
+namespace {
+
+// Bytes between consecutive experts of a stacked tensor whose experts have n_out rows each.
+size_t expert_stride(const device_matrix& w, int64_t n_out) { return size_t(w.row_bytes) * size_t(n_out); }
+
+bool decodes(const device_matrix& w, int n_tok) { return n_tok <= k_moe_matvec_max_tokens && gpu_can_moe_matvec(w.type); }
+
+// y[t][o] = W[o] · x[t] in float32 (cuBLAS, no tensor-core rounding) for a float32 matrix: the
+// router's logits pick the experts, and fp16 operands (matmul's prefill path) err by ~1e-3 of a
+// logit, more than the gap between the k-th and (k+1)-th expert of some tokens.
+status gemm_f32(cublasHandle_t blas, const device_matrix& w, const float* x, int n_tok, float* y) {
+  const float one = 1.f, zero = 0.f;
+  TANDEM_CUBLAS_TRY(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(w.n_out), n_tok, int(w.n_in), &one, w.data,
+                                 CUDA_R_32F, int(w.n_in), x, CUDA_R_32F, int(w.n_in), &zero, y, CUDA_R_32F,
+                                 int(w.n_out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return {};
+}
+
+}  // namespace
+
+status cuda_backend::ensure_moe_scratch(int n) {
+  if (!moe()) return {};
+  const size_t T = size_t(n), k = hp_.n_expert_used, E = hp_.n_embd, F = hp_.n_ff_exp, f = sizeof(float);
+  TANDEM_TRY(moe_logits_.alloc(T * std::max<size_t>(hp_.n_expert, 1) * f));
+  TANDEM_TRY(moe_ids_.alloc(T * k * sizeof(int32_t)));
+  TANDEM_TRY(moe_w_.alloc(T * k * f));
+  TANDEM_TRY(moe_gate_.alloc(T * k * F * f));
+  TANDEM_TRY(moe_up_.alloc(T * k * F * f));
+  TANDEM_TRY(moe_y_.alloc(T * k * E * f));
+  TANDEM_TRY(moe_group_.alloc((3 * (hp_.n_expert + 1) + T * k) * sizeof(int32_t)));
+  const int dec = std::min(n, k_moe_matvec_max_tokens);
+  const size_t work = std::max({moe_matvec_work_bytes(int64_t(E), dec), moe_matvec_work_bytes(int64_t(F), dec * int(k)),
+                                moe_gemm_work_bytes(int64_t(E), int64_t(T)), moe_gemm_work_bytes(int64_t(F), int64_t(T * k)),
+                                moe_group_work_bytes(n, int(k), int(hp_.n_expert))});
+  return moe_work_.alloc(std::max<size_t>(work, 16));
+}
+
+// x += sum_j w_j · expert_j(xn) (+ sigmoid(g · xn) · shared(xn)), xn = RMSNorm(x).
+status cuda_backend::moe_block(uint32_t il) {
+  const auto& L = w_.layers[il];
+  const cudaStream_t s = ctx_->stream();
+  const int T = plan_.n_tok, E = int(hp_.n_embd), k = int(hp_.n_expert_used);
+  float *x = x_.get<float>(), *xn = xn_.get<float>();
+  TANDEM_CUDA_TRY(launch_rms_norm(x, L.ffn_norm, xn, T, E, hp_.rms_eps, s));
+  TANDEM_TRY(mark("FFN norm"));
+  float* logits = moe_logits_.get<float>();
+  TANDEM_TRY(T > k_matvec_max_tokens && L.router.type == ggml_type::f32 ? gemm_f32(ctx_->blas(), L.router, xn, T, logits)
+                                                                         : matmul(L.router, xn, T, logits));
+  TANDEM_CUDA_TRY(launch_moe_route(logits, T, int(hp_.n_expert), k, hp_.expert_weights_norm, moe_ids_.get<int32_t>(),
+                                   moe_w_.get<float>(), s));
+  TANDEM_TRY(mark("router"));
+  const bool dec = decodes(L.gate_exps, T) && decodes(L.up_exps, T) && decodes(L.down_exps, T);
+  TANDEM_TRY(dec ? moe_experts_decode(L, xn, T) : moe_experts_prefill(L, xn, T));
+  TANDEM_CUDA_TRY(launch_moe_combine(moe_y_.get<float>(), moe_w_.get<float>(), T, k, E, x, true, s));
+  TANDEM_TRY(mark("experts combine"));
+  if (hp_.n_ff_shexp > 0) TANDEM_TRY(moe_shared_expert(L, xn, T));
+  return {};
+}
+
+// Decode: each (token, slot)'s expert read on the device; gate and up in one launch when they
+// share a type, the SwiGLU writing down's int8 input.
+status cuda_backend::moe_experts_decode(const device_layer& L, const float* xn, int T) {
+  const cudaStream_t s = ctx_->stream();
+  const int k = int(hp_.n_expert_used), n_exp = int(hp_.n_expert);
+  const int64_t E = hp_.n_embd, F = hp_.n_ff_exp;
+  const int32_t* ids = moe_ids_.get<int32_t>();
+  float *g = moe_gate_.get<float>(), *u = moe_up_.get<float>();
+  void* work = moe_work_.get();
+  const size_t gu_stride = expert_stride(L.gate_exps, F);
+  if (L.gate_exps.type == L.up_exps.type) {
+    const moe_matvec_output outs[2] = {{L.gate_exps.data, g}, {L.up_exps.data, u}};
+    TANDEM_CUDA_TRY(launch_moe_matvec_multi(L.gate_exps.type, outs, 2, gu_stride, n_exp, E, F, xn, 0, false, T, k, ids,
+                                            work, s));
+  } else {
+    TANDEM_CUDA_TRY(launch_moe_matvec(L.gate_exps.type, L.gate_exps.data, gu_stride, n_exp, E, F, xn, 0, T, k, ids, g,
+                                      work, s));
+    TANDEM_CUDA_TRY(launch_moe_matvec(L.up_exps.type, L.up_exps.data, expert_stride(L.up_exps, F), n_exp, E, F, xn, 0, T,
+                                      k, ids, u, work, s));
+  }
+  TANDEM_TRY(mark("experts gate up"));
+  TANDEM_CUDA_TRY(launch_moe_swiglu_q8(g, u, g, T * k, int(F), work, s));
+  TANDEM_TRY(mark("experts swiglu"));
+  const moe_matvec_output down[1] = {{L.down_exps.data, moe_y_.get<float>()}};
+  TANDEM_CUDA_TRY(launch_moe_matvec_multi(L.down_exps.type, down, 1, expert_stride(L.down_exps, E), n_exp, F, E, g, F,
+                                          true, T, k, ids, work, s));
+  return mark("experts down");
+}
+
+// Prefill: the (token, slot) pairs sorted by expert on the device, then gate/up from the tokens'
+// rows into grouped rows, SwiGLU, and down from grouped rows back to (token, slot) order.
+status cuda_backend::moe_experts_prefill(const device_layer& L, const float* xn, int T) {
+  const cudaStream_t s = ctx_->stream();
+  const int k = int(hp_.n_expert_used), n_exp = int(hp_.n_expert);
+  const int64_t E = hp_.n_embd, F = hp_.n_ff_exp;
+  for (const device_matrix* w : {&L.gate_exps, &L.up_exps, &L.down_exps})
+    if (!gpu_can_moe_gemm(w->type))
+      return make_error("CUDA backend: expert tensors of type ", type_name(w->type), " have no grouped GEMM");
+  int32_t* grp = moe_group_.get<int32_t>();
+  int32_t *counts = grp, *offsets = grp + (n_exp + 1), *tiles = grp + 2 * (n_exp + 1), *perm = grp + 3 * (n_exp + 1);
+  void* work = moe_work_.get();
+  TANDEM_CUDA_TRY(launch_moe_group(moe_ids_.get<int32_t>(), T, k, n_exp, counts, offsets, perm, tiles, work, s));
+  float *g = moe_gate_.get<float>(), *u = moe_up_.get<float>();
+  const size_t gu_stride = expert_stride(L.gate_exps, F);
+  if (L.gate_exps.type == L.up_exps.type) {
+    const moe_matvec_output outs[2] = {{L.gate_exps.data, g}, {L.up_exps.data, u}};
+    TANDEM_CUDA_TRY(launch_moe_gemm(L.gate_exps.type, outs, 2, gu_stride, n_exp, E, F, xn, moe_rows::by_token,
+                                    moe_rows::grouped, T, k, offsets, perm, tiles, work, s));
+  } else {
+    const moe_matvec_output og[1] = {{L.gate_exps.data, g}}, ou[1] = {{L.up_exps.data, u}};
+    TANDEM_CUDA_TRY(launch_moe_gemm(L.gate_exps.type, og, 1, gu_stride, n_exp, E, F, xn, moe_rows::by_token,
+                                    moe_rows::grouped, T, k, offsets, perm, tiles, work, s));
+    TANDEM_CUDA_TRY(launch_moe_gemm(L.up_exps.type, ou, 1, expert_stride(L.up_exps, F), n_exp, E, F, xn,
+                                    moe_rows::by_token, moe_rows::grouped, T, k, offsets, perm, tiles, work, s));
+  }
+  TANDEM_TRY(mark("experts gate up"));
+  TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * k * F, s));
+  TANDEM_TRY(mark("experts swiglu"));
+  const moe_matvec_output down[1] = {{L.down_exps.data, moe_y_.get<float>()}};
+  TANDEM_CUDA_TRY(launch_moe_gemm(L.down_exps.type, down, 1, expert_stride(L.down_exps, E), n_exp, F, E, g,
+                                  moe_rows::grouped, moe_rows::by_pair, T, k, offsets, perm, tiles, work, s));
+  return mark("experts down");
+}
+
+// x += sigmoid(g · xn) · down(silu(gate xn) · up xn), through the dense FFN's buffers.
+status cuda_backend::moe_shared_expert(const device_layer& L, const float* xn, int T) {
+  const cudaStream_t s = ctx_->stream();
+  float *g = gate_.get<float>(), *u = up_.get<float>(), *y = moe_y_.get<float>(), *gl = moe_logits_.get<float>();
+  TANDEM_TRY(matmul_fused({{&L.gate_shexp, g}, {&L.up_shexp, u}}, xn, T, false));
+  TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * hp_.n_ff_shexp, s));
+  TANDEM_TRY(matmul(L.down_shexp, g, T, y));
+  TANDEM_TRY(matmul(L.shexp_gate, xn, T, gl));
+  TANDEM_CUDA_TRY(launch_moe_shared_add(y, gl, T, int64_t(hp_.n_embd), x_.get<float>(), s));
+  return mark("shared expert");
+}
+
+}  // namespace tandem
