@@ -301,6 +301,25 @@ def test_hybrid_swap_under_load(model):
         check(d.stop() == 0, "tandemd exit status")
 
 
+def test_moe_swap_under_load(model):
+    """Mixture-of-experts models (qwen3moe, and qwen35moe with its DeltaNet layers and shared expert)
+    swapped in under streaming load and out again: no request fails, and each one generates."""
+    moe = make_model("tiny_qwen3moe.gguf", 4, preset="qwen3moe-tiny")
+    moe35 = make_model("tiny_qwen35moe.gguf", 5, preset="qwen3.5moe-tiny")
+    d = Daemon([("default", model)], extra=["--queue-depth", "64"])
+    try:
+        admin, failures, done = swaps_under_load(d, [moe, moe35, model, moe])
+        check(not failures, "failed requests during MoE swaps: %r" % failures[:3])
+        check(len(done) >= 8, "too few requests completed: %d" % len(done))
+        models = admin.call({"id": 3000, "op": "models"})["result"]["models"]
+        check(models[0]["path"] == moe and models[0]["swaps"] == 4, "after swaps: %r" % models)
+        check(models[0]["arch"] == "qwen3moe", "arch: %r" % models)
+        _, final = generate(admin, 3001, prompt="experts", n=4, stream=False)
+        check("result" in final, "qwen3moe generate: %r" % final)
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
 def test_admin_ops(model):
     d = Daemon([])
     try:

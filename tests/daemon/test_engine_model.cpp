@@ -50,7 +50,9 @@ uint64_t file_size(const std::string& path) {
 TEST(engine_model, budget_charge_is_the_file_plus_the_cache_it_allocates) {
   engine_options opt;
   for (const auto& [arch, hp] : {std::pair{std::string("qwen3"), test::tiny_model_options::default_hparams()},
-                                 std::pair{std::string("qwen35"), test::tiny_model_options::qwen35_hparams()}}) {
+                                 std::pair{std::string("qwen35"), test::tiny_model_options::qwen35_hparams()},
+                                 std::pair{std::string("qwen3moe"), test::tiny_model_options::qwen3moe_hparams()},
+                                 std::pair{std::string("qwen35moe"), test::tiny_model_options::qwen35moe_hparams()}}) {
     const std::string path = write_model(arch, hp);
     auto charged = engine_model_bytes(path, opt);
     ASSERT_TRUE(charged.ok()) << charged.message();
