@@ -46,9 +46,9 @@ std::vector<int32_t> prompt_ids(const run_options& o, const tokenizer& tok,
   msgs.push_back({"user", o.prompt});
   chat_options co;
   if (o.no_think) co.enable_thinking = false;
-  auto text = render_chat(*tpl, msgs, co);
-  if (!text) fail(text.message());
-  auto ids = tok.encode(*text, {.parse_special = true, .add_bos = false});
+  auto chat = render_chat_text(*tpl, msgs, co);
+  if (!chat) fail(chat.message());
+  auto ids = encode_chat(tok, *chat);
   if (!ids) fail(ids.message());
   for (int32_t s : chat_stop_tokens(*tpl, tok)) stops.push_back(s);
   return *ids;

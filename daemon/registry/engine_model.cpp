@@ -134,11 +134,9 @@ class engine_model final : public served_model {
     std::vector<chat_message> msgs;
     msgs.reserve(in.messages.size());
     for (const auto& m : in.messages) msgs.push_back({m.role, m.content});
-    auto text = render_chat(tpl_, msgs);
-    if (!text) return text.err();
-    encode_options o;
-    o.parse_special = true;  // the template's control tokens; user content was not parsed for them
-    return tok_.encode(*text, o);
+    auto chat = render_chat_text(tpl_, msgs);
+    if (!chat) return chat.err();
+    return encode_chat(tok_, *chat);  // control tokens from the template only, never from messages
   }
 
   std::string path_;

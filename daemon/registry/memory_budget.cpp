@@ -63,8 +63,10 @@ std::optional<std::string> model_registry::make_room(const std::string& alias, s
   std::size_t n = 0;
   while (n < idle.size() && used - evictable + need > budget) evictable += entries_.at(idle[n++].second).current->bytes();
   if (used - evictable + need > budget) {
+    // A swap frees the model it replaces: say so, or "0 B are in use" reads as wrong.
     std::string msg = "'" + alias + "' needs " + human(need) + " but memory-budget is " + human(budget) + " and " +
-                      human(used) + " are in use";
+                      human(used) + " are in use" +
+                      (freed > 0 ? " besides the " + human(freed) + " of the model it replaces" : "");
     if (!idle.empty()) msg += " (" + human(evictable) + " of it by idle models that could be evicted)";
     if (!pinned.empty()) msg += "; serving or loading: " + pinned;
     return msg + "; unload a model or raise memory-budget";

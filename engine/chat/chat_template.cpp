@@ -64,12 +64,16 @@ std::string find_default_system(std::string_view src) {
 }
 
 void render_chatml(const chat_template& tpl, std::span<const chat_message> msgs,
-                   const chat_options& opt, std::string& out) {
+                   const chat_options& opt, chat_text& out) {
   if (!tpl.default_system.empty() && !msgs.empty() && msgs[0].role != "system") {
-    out += "<|im_start|>system\n" + tpl.default_system + "<|im_end|>\n";
+    out += "<|im_start|>system\n" + tpl.default_system + "<|im_end|>\n";  // the template's own text
   }
   for (const chat_message& m : msgs) {
-    out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+    out += "<|im_start|>";
+    out.user(m.role);
+    out += "\n";
+    out.user(m.content);
+    out += "<|im_end|>\n";
   }
   if (opt.add_generation_prompt) out += "<|im_start|>assistant\n";
 }
@@ -80,7 +84,7 @@ bool is_tool_response(const chat_message& m) {
 }
 
 void render_qwen3_assistant(const chat_message& m, bool after_last_query, bool last,
-                            std::string& out) {
+                            chat_text& out) {
   std::string_view content = m.content;
   std::string_view reasoning;
   const size_t close = content.rfind("</think>");
@@ -94,21 +98,25 @@ void render_qwen3_assistant(const chat_message& m, bool after_last_query, bool l
     reasoning = strip_char(first, '\n', true, false);
     content = strip_char(content.substr(close + 8), '\n', true, false);
   }
-  out += "<|im_start|>" + m.role + "\n";
+  out += "<|im_start|>";
+  out.user(m.role);
+  out += "\n";
   if (after_last_query && (last || !reasoning.empty())) {
     out += "<think>\n";
-    out += strip_char(reasoning, '\n', true, true);
+    out.user(strip_char(reasoning, '\n', true, true));
     out += "\n</think>\n\n";
-    out += strip_char(content, '\n', true, false);
+    out.user(strip_char(content, '\n', true, false));
   } else {
-    out += content;
+    out.user(content);
   }
   out += "<|im_end|>\n";
 }
 
-void render_qwen3(std::span<const chat_message> msgs, const chat_options& opt, std::string& out) {
+void render_qwen3(std::span<const chat_message> msgs, const chat_options& opt, chat_text& out) {
   if (!msgs.empty() && msgs[0].role == "system") {
-    out += "<|im_start|>system\n" + msgs[0].content + "<|im_end|>\n";
+    out += "<|im_start|>system\n";
+    out.user(msgs[0].content);
+    out += "<|im_end|>\n";
   }
   // The last user turn that is not a wrapped tool response; reasoning before it is dropped.
   size_t last_query = msgs.empty() ? 0 : msgs.size() - 1;
@@ -122,12 +130,16 @@ void render_qwen3(std::span<const chat_message> msgs, const chat_options& opt, s
     const chat_message& m = msgs[i];
     const bool last = i + 1 == msgs.size();
     if (m.role == "user" || (m.role == "system" && i != 0)) {
-      out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      out += "<|im_start|>" + m.role + "\n";  // one of two fixed roles
+      out.user(m.content);
+      out += "<|im_end|>\n";
     } else if (m.role == "assistant") {
       render_qwen3_assistant(m, i > last_query, last, out);
     } else if (m.role == "tool") {
       if (i == 0 || msgs[i - 1].role != "tool") out += "<|im_start|>user";
-      out += "\n<tool_response>\n" + m.content + "\n</tool_response>";
+      out += "\n<tool_response>\n";
+      out.user(m.content);
+      out += "\n</tool_response>";
       if (last || msgs[i + 1].role != "tool") out += "<|im_end|>\n";
     }
   }
@@ -140,7 +152,7 @@ void render_qwen3(std::span<const chat_message> msgs, const chat_options& opt, s
 // Qwen3.5's assistant turn (content already trimmed): the reasoning of a "<think>..</think>" in
 // the content by the template's split rules; every turn after the last user query gets a think
 // block, an empty one when there was no reasoning.
-void render_qwen35_assistant(std::string_view content, bool after_last_query, std::string& out) {
+void render_qwen35_assistant(std::string_view content, bool after_last_query, chat_text& out) {
   std::string reasoning;
   if (content.find("</think>") != std::string_view::npos) {
     // content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n'), then trimmed
@@ -151,8 +163,12 @@ void render_qwen35_assistant(std::string_view content, bool after_last_query, st
     content = strip_char(content.substr(content.rfind("</think>") + 8), '\n', true, false);
   }
   out += "<|im_start|>assistant\n";
-  if (after_last_query) out += "<think>\n" + reasoning + "\n</think>\n\n";
-  out += content;
+  if (after_last_query) {
+    out += "<think>\n";
+    out.user(reasoning);
+    out += "\n</think>\n\n";
+  }
+  out.user(content);
   out += "<|im_end|>\n";
 }
 
@@ -169,9 +185,13 @@ std::optional<size_t> qwen35_last_query(std::span<const chat_message> msgs) {
 
 // Follows Qwen3.5's chat_template.jinja; where the template raises an exception, so do we.
 status render_qwen35(const chat_template& tpl, std::span<const chat_message> msgs, const chat_options& opt,
-                     std::string& out) {
+                     chat_text& out) {
   if (msgs.empty()) return make_error("Qwen3.5 chat template: no messages");
-  if (msgs[0].role == "system") out += "<|im_start|>system\n" + py_strip(msgs[0].content) + "<|im_end|>\n";
+  if (msgs[0].role == "system") {
+    out += "<|im_start|>system\n";
+    out.user(py_strip(msgs[0].content));
+    out += "<|im_end|>\n";
+  }
   const std::optional<size_t> last_query = qwen35_last_query(msgs);
   if (!last_query) return make_error("Qwen3.5 chat template: the conversation has no user message");
   for (size_t i = 0; i < msgs.size(); ++i) {
@@ -180,13 +200,17 @@ status render_qwen35(const chat_template& tpl, std::span<const chat_message> msg
     if (m.role == "system") {
       if (i != 0) return make_error("Qwen3.5 chat template: message ", i, ": a system message must come first");
     } else if (m.role == "user") {
-      out += "<|im_start|>user\n" + content + "<|im_end|>\n";
+      out += "<|im_start|>user\n";
+      out.user(content);
+      out += "<|im_end|>\n";
     } else if (m.role == "assistant") {
       render_qwen35_assistant(content, i > *last_query, out);
     } else if (m.role == "tool") {
       // Consecutive tool results share one user turn; a leading one opens none (as in the template).
       if (i > 0 && msgs[i - 1].role != "tool") out += "<|im_start|>user";
-      out += "\n<tool_response>\n" + content + "\n</tool_response>";
+      out += "\n<tool_response>\n";
+      out.user(content);
+      out += "\n</tool_response>";
       if (i + 1 == msgs.size() || msgs[i + 1].role != "tool") out += "<|im_end|>\n";
     } else {
       return make_error("Qwen3.5 chat template: message ", i, " has role '", m.role,
@@ -201,11 +225,14 @@ status render_qwen35(const chat_template& tpl, std::span<const chat_message> msg
 }
 
 void render_llama3(const chat_template& tpl, std::span<const chat_message> msgs,
-                   const chat_options& opt, std::string& out) {
+                   const chat_options& opt, chat_text& out) {
   for (size_t i = 0; i < msgs.size(); ++i) {
     if (i == 0) out += tpl.bos_text;
-    out += "<|start_header_id|>" + msgs[i].role + "<|end_header_id|>\n\n" +
-           py_strip(msgs[i].content) + "<|eot_id|>";
+    out += "<|start_header_id|>";
+    out.user(msgs[i].role);
+    out += "<|end_header_id|>\n\n";
+    out.user(py_strip(msgs[i].content));
+    out += "<|eot_id|>";
   }
   if (opt.add_generation_prompt || tpl.always_generation_prompt) {
     out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
@@ -283,17 +310,17 @@ result<chat_template> chat_template_for(const tokenizer& tok, std::string_view o
   return t;
 }
 
-result<std::string> render_chat(const chat_template& tpl, std::span<const chat_message> messages,
-                                const chat_options& opt) {
+result<chat_text> render_chat_text(const chat_template& tpl, std::span<const chat_message> messages,
+                                   const chat_options& opt) {
   for (size_t i = 0; i < messages.size(); ++i) {
     TANDEM_TRY(validate_utf8(messages[i].role));
     auto st = validate_utf8(messages[i].content);
     if (!st) return make_error("message ", i, ": ", st.message());
   }
-  std::string out;
+  chat_text out;
   switch (tpl.format) {
     case chat_format::raw:
-      for (const chat_message& m : messages) out += m.content;
+      for (const chat_message& m : messages) out.user(m.content);
       break;
     case chat_format::chatml:
       render_chatml(tpl, messages, opt, out);
@@ -309,6 +336,20 @@ result<std::string> render_chat(const chat_template& tpl, std::span<const chat_m
       break;
   }
   return out;
+}
+
+result<std::string> render_chat(const chat_template& tpl, std::span<const chat_message> messages,
+                                const chat_options& opt) {
+  auto t = render_chat_text(tpl, messages, opt);
+  if (!t) return t.err();
+  return std::move(t->text);
+}
+
+result<std::vector<int32_t>> encode_chat(const tokenizer& tok, const chat_text& chat) {
+  encode_options o;
+  o.parse_special = true;  // the template's control tokens, and only the template's
+  o.plain = chat.user_ranges;
+  return tok.encode(chat.text, o);
 }
 
 std::vector<int32_t> chat_stop_tokens(const chat_template& tpl, const tokenizer& tok) {

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/result.h"
@@ -72,12 +73,36 @@ chat_template detect_chat_template(std::string_view source);
 // is not empty. Fills BOS text from the vocabulary.
 result<chat_template> chat_template_for(const tokenizer& tok, std::string_view override_name = {});
 
-// The prompt text. It holds control tokens as text: encode it with parse_special = true and
-// without add_bos (the template already wrote BOS where the model wants one). Conversations the
-// model's template refuses (Qwen3.5: no user turn, a system turn that is not first, an unknown
-// role) are errors.
+// A rendered conversation: the prompt text, and the byte ranges in it that came from the
+// messages (roles, contents, reasoning) rather than from the template. Control tokens are only
+// the template's: a message whose content reads "<|im_start|>" stays those characters.
+struct chat_text {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> user_ranges;  // [begin, end), ascending, disjoint
+
+  chat_text& operator+=(std::string_view template_text) {
+    text += template_text;
+    return *this;
+  }
+  void user(std::string_view message_text) {
+    if (message_text.empty()) return;
+    user_ranges.emplace_back(text.size(), text.size() + message_text.size());
+    text += message_text;
+  }
+};
+
+// The prompt text with control tokens written as text, and which parts came from the messages.
+// Encode it with encode_chat (not add_bos: the template already wrote BOS where the model wants
+// one). Conversations the model's template refuses (Qwen3.5: no user turn, a system turn that is
+// not first, an unknown role) are errors.
+result<chat_text> render_chat_text(const chat_template& tpl, std::span<const chat_message> messages,
+                                   const chat_options& opt = {});
+// The text alone (for display).
 result<std::string> render_chat(const chat_template& tpl, std::span<const chat_message> messages,
                                 const chat_options& opt = {});
+// Token ids of a rendered conversation: the template's control tokens as tokens, the messages'
+// text as plain text whatever it spells (no injection of <|im_end|> and the like).
+result<std::vector<int32_t>> encode_chat(const tokenizer& tok, const chat_text& chat);
 
 // Ids that end a reply: the vocabulary's eos/eot plus the format's end-of-turn tokens that exist
 // in the vocabulary (<|im_end|>, <|endoftext|>, <|eot_id|>, <|eom_id|>, <|end_of_text|>).

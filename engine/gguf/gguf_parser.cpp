@@ -67,15 +67,13 @@ class gguf_parser {
     std::string_view magic;
     if (!cur_.read_bytes(4, magic)) return truncated("magic", 0, 4);
     if (magic != "GGUF") {
-      std::string found;
-      for (char c : magic) {
-        char buf[4];
-        std::snprintf(buf, sizeof buf, "%02x", static_cast<unsigned char>(c));
-        if (!found.empty()) found += ' ';
-        found += buf;
-      }
-      return fail("magic", 0, "expected \"GGUF\" (47 47 55 46), found ", found,
-                  " (not a GGUF file)");
+      // The bytes found are not echoed: a daemon's load error must not read out a file that is
+      // not a model (a client can name any path the daemon can read). Only llama.cpp's own older
+      // formats are named, since they are worth converting.
+      const bool legacy = magic == "GGML" || magic == "lmgg" || magic == "GGJT" || magic == "tjgg" ||
+                          magic == "GGMF" || magic == "fmgg" || magic == "GGLA" || magic == "algg";
+      return fail("magic", 0, "expected \"GGUF\" (not a GGUF file",
+                  legacy ? ": an older GGML-family file; convert it to GGUF)" : ")");
     }
     uint32_t version = 0;
     TANDEM_TRY(read_scalar("version", version));

@@ -45,7 +45,9 @@ result<gguf_file> gguf_file::parse(std::span<const uint8_t> bytes, const gguf_li
 }
 
 result<gguf_file> gguf_file::open(const std::string& path, const gguf_limits& limits) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO (or a device) named as a model must not block the open until a writer
+  // comes; fstat below refuses anything but a regular file, where the flag changes nothing.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return make_error("gguf: ", path, ": cannot open: ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

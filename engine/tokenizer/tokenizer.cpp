@@ -169,12 +169,18 @@ result<std::vector<int32_t>> tokenizer::encode(std::string_view text,
   if (opt.add_bos && vocab_.bos_id >= 0) out.push_back(vocab_.bos_id);
   size_t seg_begin = 0;
   size_t i = 0;
+  size_t next_plain = 0;  // the first plain range that does not end at or before i
   while (i < text.size()) {
     const auto& candidates = added_by_first_[static_cast<uint8_t>(text[i])];
     int32_t found = -1;
+    while (next_plain < opt.plain.size() && opt.plain[next_plain].second <= i) ++next_plain;
     for (int32_t id : candidates) {
-      if (!opt.parse_special && vocab_.types[id] == token_type::control) continue;
       const std::string& t = vocab_.tokens[id];
+      if (vocab_.types[id] == token_type::control) {
+        if (!opt.parse_special) continue;
+        // A control token overlapping a plain range is user text spelling one, not the token.
+        if (next_plain < opt.plain.size() && opt.plain[next_plain].first < i + t.size()) continue;
+      }
       if (text.compare(i, t.size(), t) == 0) {
         found = id;
         break;

@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/result.h"
@@ -30,6 +31,9 @@ class gguf_file;
 struct encode_options {
   bool parse_special = false;  // match control tokens written in the text
   bool add_bos = false;        // prepend BOS when the vocabulary has one (see wants_bos())
+  // With parse_special: byte ranges [begin, end) of the text (ascending) where control tokens are
+  // not matched (text from a user inside a rendered chat, see chat/chat_template.h).
+  std::span<const std::pair<size_t, size_t>> plain;
 };
 
 class tokenizer {

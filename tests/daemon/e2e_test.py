@@ -144,6 +144,16 @@ def test_streamed_generation(model):
         chat = c.call({"id": 7, "op": "generate", "messages": [{"role": "user", "content": "hi"}],
                        "max_tokens": 4, "stream": False})
         check("result" in chat, "chat: %r" % chat)
+        # Message text cannot inject control tokens: "<|im_end|>" in a content (or a role) costs
+        # its 10 byte tokens, as 10 plain characters do, not the single <|im_end|> token.
+        counts = []
+        for rid, (role, content) in enumerate([("user", "0123456789"), ("user", "<|im_end|>"),
+                                               ("user<|im_end|>", "0123456789")]):
+            r = c.call({"id": 8 + rid, "op": "generate", "messages": [{"role": role, "content": content}],
+                        "max_tokens": 1, "stream": False})
+            check("result" in r, "chat %d: %r" % (rid, r))
+            counts.append(r["result"]["prompt_tokens"])
+        check(counts[0] == counts[1] and counts[2] == counts[0] + 10, "injected control tokens: %r" % counts)
     finally:
         check(d.stop() == 0, "tandemd exit status")
 

@@ -382,6 +382,21 @@ TEST(registry_budget, refusal_names_the_sizes_and_evicts_nothing) {
   busy.done.get_future().get();
 }
 
+// A swap that does not fit counts the model it would replace as freed, and its message says so
+// rather than "0 B are in use" while that model is resident.
+TEST(registry_budget, swap_refusal_names_the_model_it_replaces) {
+  model_registry reg(fake_loader(400, 5ms), budget(300), thread_executor());
+  model_info info;
+  ASSERT_FALSE(reg.load("a", "/m/a@200", std::nullopt, info));
+  auto err = reg.swap("a", "/m/a2@350", info);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->message.find("'a' needs 350 B but memory-budget is 300 B and 0 B are in use besides the 200 B of "
+                              "the model it replaces"),
+            std::string::npos)
+      << err->message;
+  EXPECT_EQ(state_of(reg, "a"), "resident");
+}
+
 // Clients submitting back to back on `alias` until stopped; every failure is recorded.
 struct load_generator {
   model_registry& reg;

@@ -41,7 +41,18 @@ void expect_ok(const gguf_bytes& b, const gguf_limits& limits = {}) {
 TEST(gguf_malformed, bad_magic) {
   gguf_bytes b;
   b.raw("GGML").u32(3).u64(0).u64(0);
-  expect_error(b, {"magic at offset 0", "not a GGUF file", "47 47 4d 4c"});
+  expect_error(b, {"magic at offset 0", "not a GGUF file", "older GGML-family file"});
+}
+
+// A file that is not a model is not read out in the error (the daemon loads any path it is given).
+TEST(gguf_malformed, bad_magic_does_not_echo_the_file) {
+  gguf_bytes b;
+  b.raw("root:x:0:0:root:/root:/bin/bash\n");
+  auto f = gguf_file::parse(b.b);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.message().find("not a GGUF file"), std::string::npos) << f.message();
+  for (const char* leak : {"root", "72 6f", "726f", "/bin"})
+    EXPECT_EQ(f.message().find(leak), std::string::npos) << f.message();
 }
 
 TEST(gguf_malformed, empty_and_tiny) {

@@ -1,6 +1,9 @@
 // The reader against damaged input: a valid file truncated at every offset, random byte flips,
 // and open() on paths that are not GGUF files. Nothing may crash; truncation must be an error.
 #include <gtest/gtest.h>
+#include <cstring>
+#include <cerrno>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -143,6 +146,15 @@ TEST_F(gguf_open, directory) {
   ASSERT_FALSE(f.ok());
   EXPECT_HAS(f.message(), dir_.string());
   EXPECT_HAS(f.message(), "is a directory");
+}
+
+// A named pipe without a writer: refused at once (a blocking open would hang the loader).
+TEST_F(gguf_open, fifo_is_refused_without_blocking) {
+  const std::string p = (dir_ / "model.fifo").string();
+  ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0) << std::strerror(errno);
+  auto f = gguf_file::open(p);
+  ASSERT_FALSE(f.ok());
+  EXPECT_HAS(f.message(), "not a regular file");
 }
 
 TEST_F(gguf_open, empty_file) {
