@@ -79,6 +79,20 @@ void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
       ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
   app.add_option("--max-frame", c.max_frame, "Largest accepted frame in bytes")
       ->check(CLI::Range(1024u, 1u << 30))->capture_default_str();
+  app.add_option("--max-connections", c.max_connections, "Open client connections in all; more get 'busy'")
+      ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  app.add_option("--max-connections-per-user", c.max_connections_per_user,
+                 "Open client connections of one uid; more get 'busy'")
+      ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  app.add_option("--frame-timeout", c.frame_timeout,
+                 "Seconds a partly received frame may take to complete before the connection is closed (0: no limit)")
+      ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
+  app.add_option("--idle-timeout", c.idle_timeout,
+                 "Seconds a connection with no request in flight may stay silent before it is closed (0: forever)")
+      ->check(CLI::Range(0.0, 1e9))->capture_default_str();
+  app.add_option("--max-buffered", c.max_buffered,
+                 "Bytes of partly received frames over all connections; the connection that passes it gets 'busy'")
+      ->check(CLI::Range(uint64_t(1) << 16, uint64_t(1) << 40))->capture_default_str();
   app.add_option("--gpu", c.gpu, "CUDA device that serves models (-1: the CPU backend)")
       ->check(CLI::Range(-1, 1023))->capture_default_str();
   app.add_option("--gpus", c.gpus,

@@ -38,6 +38,15 @@ struct daemon_config {
   double stall_timeout = 300;              // seconds in one forward pass before the engine is unhealthy; 0: never
   std::uint32_t queue_depth = 16;
   std::uint32_t max_frame = 16u << 20;
+  // Client limits (tandemd.conf(5)): past them a new connection gets one `busy` frame and is
+  // closed; the clients already connected keep being served.
+  std::uint32_t max_connections = 256;          // open connections in all
+  std::uint32_t max_connections_per_user = 64;  // open connections of one uid
+  double frame_timeout = 30;   // seconds a partly received frame may take to complete; 0: no limit
+  // Off by default: `tandem chat` holds its connection between turns, and the connection limits
+  // already bound what idle clients can hold.
+  double idle_timeout = 0;     // seconds a connection with no request in flight may stay silent; 0: forever
+  std::uint64_t max_buffered = 256ull << 20;  // bytes of partly received frames over all connections
   int gpu = -1;  // CUDA device that serves models; -1: the CPU backend
   std::string gpus;    // several CUDA devices, each model split by layers over them ("0,1", "0=16GiB,1=32GiB")
   std::string ratios;  // with gpus: shares per device in these proportions; empty: the memory plan's

@@ -17,9 +17,9 @@ constexpr std::size_t read_chunk = 64u << 10;
 }  // namespace
 
 connection::connection(socket_type socket, connection_manager& manager, request_handler& handler,
-                       std::uint32_t max_frame)
+                       std::uint32_t max_frame, uid_t uid)
     : socket_(std::move(socket)), manager_(manager), handler_(handler), decoder_(max_frame),
-      wake_writer_(socket_.get_executor()) {
+      wake_writer_(socket_.get_executor()), uid_(uid) {
   wake_writer_.expires_at(asio::steady_timer::time_point::max());
 }
 
@@ -32,6 +32,8 @@ void connection::start() {
 void connection::stop() {
   if (stopped_) return;
   stopped_ = true;
+  manager_.charge_buffered(buffered_, 0);
+  buffered_ = 0;
   cancel_all();  // a gone client's generations stop at their next token
   boost::system::error_code ec;
   socket_.shutdown(socket_type::shutdown_both, ec);
@@ -46,6 +48,9 @@ asio::awaitable<void> connection::reader() {
   try {
     while (!stopped_) {
       const std::size_t n = co_await socket_.async_read_some(asio::buffer(chunk), asio::use_awaitable);
+      if (read_closed_) break;  // expired while the read was in flight
+      last_active_ = clock::now();
+      if (!partial_since_) partial_since_ = last_active_;
       decoder_.feed(std::string_view(chunk.data(), n));
       for (;;) {
         const auto st = decoder_.next(body);
@@ -53,20 +58,25 @@ asio::awaitable<void> connection::reader() {
         if (st == proto::frame_decoder::state::failed) {
           // Framing is lost: answer once, then close after the reply is written.
           log(log_level::info, "closing a connection: ", decoder_.error_message());
-          send(proto::error_frame(std::nullopt, {proto::error_code::bad_frame, decoder_.error_message()}));
-          boost::system::error_code ec;
-          socket_.shutdown(socket_type::shutdown_receive, ec);
-          read_closed_ = true;
-          cancel_all();
-          finish_if_done();
+          close_after(proto::error_frame(std::nullopt, {proto::error_code::bad_frame, decoder_.error_message()}));
           co_return;
         }
+        partial_since_.reset();  // a frame completed: the next one's clock starts with its bytes
+        if (decoder_.buffered() > 0) partial_since_ = last_active_;
         auto decoded = proto::decode_request(body);
         if (!decoded.ok()) {
           send(proto::error_frame(decoded.id, decoded.err()));  // framing intact: keep serving
           continue;
         }
         handler_.handle(self, std::move(std::get<proto::request>(decoded.value)));
+      }
+      if (decoder_.buffered() == 0) partial_since_.reset();
+      if (!account_buffered()) {
+        log(log_level::warning, "closing a connection: partly received frames pass max-buffered (",
+            manager_.limits().max_buffered, " bytes over all connections)");
+        close_after(proto::error_frame(
+            std::nullopt, {proto::error_code::busy, "the daemon holds too many partly received frames; retry later"}));
+        co_return;
       }
     }
   } catch (const boost::system::system_error&) {
@@ -82,6 +92,42 @@ asio::awaitable<void> connection::reader() {
   }
   read_closed_ = true;
   finish_if_done();
+}
+
+void connection::close_after(std::string frame) {
+  send(std::move(frame));
+  boost::system::error_code ec;
+  socket_.shutdown(socket_type::shutdown_receive, ec);
+  read_closed_ = true;
+  cancel_all();
+  finish_if_done();
+}
+
+bool connection::account_buffered() {
+  const std::size_t now = decoder_.buffered();
+  const bool ok = manager_.charge_buffered(buffered_, now);
+  buffered_ = now;
+  return ok;
+}
+
+const char* connection::expired(clock::time_point now, double frame_timeout, double idle_timeout) const {
+  if (stopped_ || read_closed_) return nullptr;
+  const auto secs = [&](clock::time_point t) { return std::chrono::duration<double>(now - t).count(); };
+  if (frame_timeout > 0 && partial_since_ && decoder_.buffered() > 0 && secs(*partial_since_) > frame_timeout)
+    return "a frame stayed incomplete past frame-timeout";
+  if (idle_timeout > 0 && in_flight_.empty() && out_.empty() && !writing_ && secs(last_active_) > idle_timeout)
+    return "idle past idle-timeout";
+  return nullptr;
+}
+
+void connection::expire() {
+  if (stopped_ || read_closed_) return;
+  if (partial_since_ && decoder_.buffered() > 0) {
+    close_after(proto::error_frame(std::nullopt, {proto::error_code::bad_frame, "a frame stayed incomplete past "
+                                                                                "frame-timeout"}));
+    return;
+  }
+  manager_.stop(shared_from_this());  // idle: nothing to answer
 }
 
 void connection::finish_if_done() {
@@ -131,6 +177,7 @@ connection::cancel_flag connection::begin_request(proto::request_id id) {
 
 void connection::end_request(proto::request_id id) {
   in_flight_.erase(id);
+  last_active_ = clock::now();  // idle time counts from the last answer
   finish_if_done();
 }
 

@@ -2,6 +2,8 @@
 // (idle unload, watchdog, load-time extensions) and the graceful drain on SIGTERM.
 #include "server/server.h"
 
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -16,6 +18,30 @@ namespace tandem::daemon {
 
 namespace {
 constexpr auto tick_period = std::chrono::milliseconds(200);
+// Out of file descriptors, accept would fail at once forever (a busy loop, a log line each
+// time): pause accepting this long, and say so at most every accept_log_every.
+constexpr auto accept_backoff = std::chrono::milliseconds(100);
+constexpr auto accept_log_every = std::chrono::seconds(10);
+
+connection_limits limits_of(const daemon_config& c) {
+  return {c.max_connections, c.max_connections_per_user, c.frame_timeout, c.idle_timeout, c.max_buffered};
+}
+
+// The peer's uid (SO_PEERCRED); a failure reads as uid -1, which counts as its own user.
+uid_t peer_uid(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? cred.uid : static_cast<uid_t>(-1);
+}
+
+// The soft limit on open files raised to the hard one: each client holds a descriptor, and the
+// default soft limit (1024) is below what the limits of tandemd.conf(5) allow.
+void raise_fd_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
+  r.rlim_cur = r.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &r) != 0) log(log_level::warning, "cannot raise the open-file limit");
+}
 constexpr auto extend_every = std::chrono::seconds(10);
 constexpr const char* extend_msg = "EXTEND_TIMEOUT_USEC=30000000";  // a load may take a while
 constexpr auto cancel_grace = std::chrono::seconds(10);
@@ -26,9 +52,12 @@ server::server(daemon_config cfg, std::vector<std::string> argv, model_loader lo
       registry_(std::move(loader), registry_options{cfg_.queue_depth, cfg_.keep_alive, cfg_.memory_budget, std::move(sizer)},
                 [this](std::function<void()> f) { asio::post(admin_, std::move(f)); }),
       handler_(handler_context{registry_, connections_, admin_, aux_, cfg_.max_frame, started_}),
-      acceptor_(io_), signals_(io_, SIGTERM, SIGINT, SIGHUP), ticker_(io_) {}
+      acceptor_(io_), signals_(io_, SIGTERM, SIGINT, SIGHUP), ticker_(io_) {
+  connections_.set_limits(limits_of(cfg_));
+}
 
 int server::run() {
+  raise_fd_limit();
   // The socket first: clients may connect while models load (their requests wait).
   std::string act_error;
   gid_t socket_gid = getegid();
@@ -86,12 +115,23 @@ int server::run() {
 }
 
 asio::awaitable<void> server::accept_loop() {
+  asio::steady_timer pause(io_);
+  clock::time_point last_log{};
   for (;;) {
     boost::system::error_code ec;
     auto sock = co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
-      log(log_level::warning, "accept: ", ec.message());
+      const bool no_fds = ec == asio::error::no_descriptors || ec.value() == ENFILE;
+      if (!no_fds || clock::now() - last_log >= accept_log_every) {
+        log(log_level::warning, "accept: ", ec.message(), no_fds ? " (" + std::to_string(connections_.size()) +
+                                                                        " connections; pausing accepts)" : "");
+        last_log = clock::now();
+      }
+      if (no_fds) {
+        pause.expires_after(accept_backoff);
+        co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      }
       continue;
     }
     std::string who;
@@ -103,7 +143,16 @@ asio::awaitable<void> server::accept_loop() {
       sock.close(ec);
       continue;
     }
-    connections_.start(std::make_shared<connection>(std::move(sock), connections_, handler_, cfg_.max_frame));
+    const uid_t uid = peer_uid(sock.native_handle());
+    if (auto why = connections_.refusal(uid)) {
+      log(log_level::notice, "refused a connection: ", *why);
+      const auto f = proto::error_frame(std::nullopt, {proto::error_code::busy, *why});
+      asio::write(sock, asio::buffer(f), ec);
+      sock.close(ec);
+      continue;
+    }
+    connections_.start(
+        std::make_shared<connection>(std::move(sock), connections_, handler_, cfg_.max_frame, uid));
   }
 }
 
@@ -173,6 +222,7 @@ void server::reload_config() {
     else log(log_level::error, "SIGHUP: allowed peers unchanged: ", p.message());
     cfg_.allow_users = c.allow_users;
     cfg_.allow_groups = c.allow_groups;
+    connections_.set_limits(limits_of(c));
     sd_send("READY=1\nSTATUS=serving " + std::to_string(registry_.size()) + " model(s)");
     log(log_level::info, "configuration reloaded");
   });
@@ -184,6 +234,7 @@ void server::tick() {
     sd_send(extend_msg);
     last_extend_ = now;
   }
+  connections_.sweep(now);
   // Idle unload and joining retired models block briefly: keep them off the I/O thread.
   if (!shutting_down_) asio::post(admin_, [this] { registry_.sweep(); });
   // The ping means: the I/O loop turns (we are here) and every resident model reports healthy.

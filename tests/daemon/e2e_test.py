@@ -330,6 +330,147 @@ def test_moe_swap_under_load(model):
         check(d.stop() == 0, "tandemd exit status")
 
 
+def raw_socket(d):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(d.sock)
+    return s
+
+
+def refused_busy(d, what):
+    """The next connection gets one `busy` frame naming the limit, then EOF."""
+    c = Client(d.sock)
+    try:
+        r = c.recv()
+        check(r.get("error", {}).get("code") == "busy" and what in r["error"]["message"], "refusal: %r" % r)
+        check(c.s.recv(1) == b"", "refused connection left open")
+    finally:
+        c.close()
+
+
+def test_connection_limits(model):
+    """Past max-connections-per-user, then max-connections, a new client gets `busy` and is closed;
+    the connected ones keep being served; a closed one frees its place."""
+    d = Daemon([("default", model)], extra=["--max-connections", "4", "--max-connections-per-user", "3"])
+    try:
+        held = [raw_socket(d) for _ in range(2)]
+        c = Client(d.sock)  # the third of this uid
+        time.sleep(0.2)
+        refused_busy(d, "max-connections-per-user 3")
+        _, final = generate(c, 1, n=2, stream=False)
+        check("result" in final, "a connected client after a refusal: %r" % final)
+        held.pop().close()
+        time.sleep(0.2)
+        c2 = Client(d.sock)
+        check("result" in c2.call({"id": 2, "op": "models"}), "a freed place")
+        for x in held + [c.s, c2.s]:
+            x.close()
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+    d = Daemon([("default", model)], extra=["--max-connections", "2"])
+    try:
+        held = [raw_socket(d) for _ in range(2)]
+        time.sleep(0.2)
+        refused_busy(d, "max-connections 2")
+        for x in held:
+            x.close()
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def test_frame_and_idle_timeouts(model):
+    """A frame left incomplete gets bad_frame and a close after frame-timeout; a silent connection
+    is closed after idle-timeout; a client that keeps talking is not."""
+    d = Daemon([("default", model)], extra=["--frame-timeout", "1", "--idle-timeout", "2"])
+    try:
+        partial = Client(d.sock)
+        partial.send_raw(struct.pack(">I", 1000) + b"x" * 10)
+        silent = raw_socket(d)
+        talker = Client(d.sock)
+        t0 = time.time()
+        r = partial.recv()
+        check(r.get("error", {}).get("code") == "bad_frame", "partial frame: %r" % r)
+        check(0.8 < time.time() - t0 < 4, "frame timeout after %.1f s" % (time.time() - t0))
+        check(partial.s.recv(1) == b"", "partial connection left open")
+        for i in range(6):  # 3 s of requests every 0.5 s: never idle for 2 s
+            check("result" in talker.call({"id": 10 + i, "op": "models"}), "talker %d" % i)
+            time.sleep(0.5)
+        check(silent.recv(1) == b"", "silent connection left open")
+        check("result" in talker.call({"id": 20, "op": "models"}), "talker after the others closed")
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def test_buffered_frames_bound(model):
+    """Partly received frames over all connections are bounded: the connection that passes
+    max-buffered gets `busy` and is closed; the others and new clients are served."""
+    d = Daemon([("default", model)], extra=["--max-buffered", "65536"])
+    try:
+        a, b = Client(d.sock), Client(d.sock)
+        a.send_raw(struct.pack(">I", 60000) + b"\x80" * 40000)
+        time.sleep(0.2)
+        b.send_raw(struct.pack(">I", 60000) + b"\x80" * 40000)
+        r = b.recv()
+        check(r.get("error", {}).get("code") == "busy", "over max-buffered: %r" % r)
+        c = Client(d.sock)
+        check("result" in c.call({"id": 1, "op": "models"}), "a new client")
+        a.send_raw(b"\x80" * 20000)  # completes a's frame: a bad request, framing intact
+        r = a.recv()
+        check(r.get("error", {}).get("code") in ("bad_request", "bad_frame"), "a's frame: %r" % r)
+        check("result" in a.call({"id": 2, "op": "models"}), "a after its frame")
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def proc_cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_fd_exhaustion_backs_off(model):
+    """Out of file descriptors (a hard limit of 64), accept pauses instead of spinning: little CPU,
+    a bounded log; once clients leave, new ones are served."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    log_path = os.path.join(TMP, "tandemd.log")
+    log_before = os.path.getsize(log_path) if os.path.exists(log_path) else 0
+    d = Daemon([("default", model)], preexec=limit)
+    try:
+        held = []
+        for _ in range(80):  # past the daemon's descriptors: the rest wait in the backlog
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                s.connect(d.sock)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                s.close()
+                break
+            held.append(s)
+        time.sleep(0.5)
+        cpu0 = proc_cpu_seconds(d.p.pid)
+        time.sleep(2)
+        used = proc_cpu_seconds(d.p.pid) - cpu0
+        check(used < 0.5, "tandemd used %.2f s of CPU in 2 s out of descriptors" % used)
+        with open(log_path, "rb") as f:
+            f.seek(log_before)
+            lines = f.read().count(b"accept:")
+        check(1 <= lines <= 5, "accept warnings logged: %d" % lines)
+        for s in held:
+            s.close()
+        time.sleep(0.5)
+        c = Client(d.sock)
+        check("result" in c.call({"id": 1, "op": "models"}), "served after the descriptors came back")
+        c.close()
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
 def test_admin_ops(model):
     d = Daemon([])
     try:
