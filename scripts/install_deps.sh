@@ -6,7 +6,8 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config git
       libboost-dev libmsgpack-cxx-dev libsystemd-dev libcli11-dev nlohmann-json3-dev libutf8proc-dev
       googletest libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
       python3 python3-msgpack python3-pip clang-14 libclang-rt-14-dev
-      jargon-text python3-numpy)  # tests/model_quality: its public-domain text, its numpy reference
+      jargon-text python3-numpy  # tests/model_quality: its public-domain text, its numpy reference
+      systemd)  # systemd-analyze: the shipped unit's sandboxing test
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -166,6 +166,12 @@ void server::wait_signal() {
 
 void server::on_signal(int sig) {
   if (sig == SIGHUP) {
+    if (preloading_) {
+      // RELOADING=1 before READY=1 confuses systemd: reload once the preload is done.
+      log(log_level::info, "SIGHUP during startup: the configuration is reloaded once the models are loaded");
+      reload_after_preload_ = true;
+      return;
+    }
     log(log_level::info, "SIGHUP: reloading the configuration");
     sd_send("RELOADING=1");
     asio::post(admin_, [this] { reload_config(); });
@@ -190,6 +196,10 @@ void server::preload() {
     const auto n = registry_.size();
     sd_send("READY=1\nSTATUS=serving " + std::to_string(n) + " model(s)");
     log(log_level::info, "ready: ", n, " model(s)");
+    if (reload_after_preload_) {
+      reload_after_preload_ = false;
+      on_signal(SIGHUP);
+    }
   });
 }
 

@@ -57,6 +57,7 @@ class server {
   std::string socket_path_;  // ours to unlink at exit (empty when activated)
 
   bool preloading_ = true;
+  bool reload_after_preload_ = false;  // a SIGHUP came before READY=1
   bool shutting_down_ = false;
   bool cancelled_all_ = false;
   clock::time_point drain_deadline_{};
