@@ -1,6 +1,9 @@
 // engine_model: serves one GGUF model with the engine's backend (CPU or CUDA) and generation loop.
 #include "registry/engine_model.h"
 
+#include "log.h"
+
+#include <atomic>
 #include <algorithm>
 #include <mutex>
 
@@ -53,6 +56,11 @@ class engine_model final : public served_model {
         watch_(std::chrono::duration<double>(opt.stall_timeout_s)) {}
 
   result<generation_stats> generate(const generation_input& in, const text_sink& on_text) override {
+    // Weights are read from the mapped file: a file truncated under it would fault (SIGBUS).
+    if (auto st = model_->file->check_unchanged(); !st) {
+      mark_stale(st.message());
+      return st.err();
+    }
     auto prompt = encode_prompt(in);
     if (!prompt) return prompt.err();
     if (prompt->empty()) return make_error("the prompt encodes to no tokens");
@@ -123,6 +131,11 @@ class engine_model final : public served_model {
   }
 
   bool healthy() const override { return watch_.healthy(); }
+  bool stale() const override {
+    if (stale_) return true;
+    if (auto st = model_->file->check_unchanged(); !st) mark_stale(st.message());
+    return stale_;
+  }
 
  private:
   result<std::vector<int32_t>> encode_prompt(const generation_input& in) const {
@@ -141,6 +154,10 @@ class engine_model final : public served_model {
 
   std::string path_;
   std::string device_;
+  mutable std::atomic<bool> stale_{false};
+  void mark_stale(const std::string& why) const {
+    if (!stale_.exchange(true)) log(log_level::warning, why, "; the model is unloaded once idle and reloads on its next request");
+  }
   std::uint32_t prefill_chunk_;
   std::unique_ptr<loaded_model> model_;  // at a fixed address: the backend refers to its desc
   tokenizer tok_;

@@ -206,6 +206,11 @@ void model_registry::sweep(model_instance::clock::time_point now) {
   {
     std::lock_guard lk(mu_);
     for (auto& [alias, e] : entries_) {
+      if (e.current && !e.admin_busy && e.current->idle() && e.current->model().stale()) {
+        e.current->close();
+        retired_.push_back(std::move(e.current));
+        continue;
+      }
       if (!e.current || e.admin_busy || e.keep_alive_s <= 0) continue;
       const auto keep = std::chrono::duration_cast<model_instance::clock::duration>(
           std::chrono::duration<double>(e.keep_alive_s));

@@ -64,6 +64,9 @@ class served_model {
   virtual model_info info() const = 0;
   // Engine health for the systemd watchdog.
   virtual bool healthy() const { return true; }
+  // The model's file changed on disk since it was loaded: the registry unloads it (a request
+  // loads it again from the path).
+  virtual bool stale() const { return false; }
 };
 
 // Loads a model file for an alias (whose options may differ per alias); the registry calls it

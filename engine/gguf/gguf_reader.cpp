@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include "gguf/gguf_internal.h"
 
@@ -16,16 +17,35 @@ namespace tandem {
 
 using namespace gguf_detail;
 
+// The mapping, and the file kept open beside it so that a change of the same file (truncated,
+// or written in place) can be seen before its pages are read (check_unchanged).
 struct gguf_file::mapping {
   void* addr = nullptr;
   size_t len = 0;
-  mapping(void* a, size_t n) : addr(a), len(n) {}
+  int fd = -1;
+  std::string path;
+  timespec mtime{};
+  mapping(void* a, size_t n, int f, std::string p, timespec m) : addr(a), len(n), fd(f), path(std::move(p)), mtime(m) {}
   mapping(const mapping&) = delete;
   mapping& operator=(const mapping&) = delete;
   ~mapping() {
     if (addr) ::munmap(addr, len);
+    if (fd >= 0) ::close(fd);
   }
 };
+
+status gguf_file::check_unchanged() const {
+  if (!map_ || map_->fd < 0) return {};
+  struct stat st {};
+  if (::fstat(map_->fd, &st) != 0)
+    return make_error("gguf: ", map_->path, ": cannot stat the loaded file: ", std::strerror(errno));
+  if (static_cast<uint64_t>(st.st_size) != map_->len)
+    return make_error("gguf: ", map_->path, ": the file changed on disk since it was loaded (", map_->len, " bytes, now ",
+                      st.st_size, "): reload the model");
+  if (st.st_mtim.tv_sec != map_->mtime.tv_sec || st.st_mtim.tv_nsec != map_->mtime.tv_nsec)
+    return make_error("gguf: ", map_->path, ": the file was written since it was loaded: reload the model");
+  return {};
+}
 
 gguf_file::gguf_file(gguf_file&&) noexcept = default;
 gguf_file& gguf_file::operator=(gguf_file&&) noexcept = default;
@@ -74,10 +94,11 @@ result<gguf_file> gguf_file::open(const std::string& path, const gguf_limits& li
   const auto len = static_cast<size_t>(st.st_size);
   void* addr = ::mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_errno = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (addr == MAP_FAILED)
+  if (addr == MAP_FAILED) {
+    ::close(fd);
     return make_error("gguf: ", path, ": cannot mmap ", len, " bytes: ", std::strerror(map_errno));
-  auto map = std::make_unique<mapping>(addr, len);
+  }
+  auto map = std::make_unique<mapping>(addr, len, fd, path, st.st_mtim);
   std::span<const uint8_t> bytes(static_cast<const uint8_t*>(addr), len);
   return parse_impl(bytes, limits, std::move(map), path + ": ");
 }

@@ -68,6 +68,10 @@ class gguf_file {
   uint32_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }  // absolute start of the data section
   uint64_t file_size() const { return size_; }
+  // An opened file: an error when it has since been truncated, extended or written in place
+  // (reading its mapped pages could then fault or give other bytes). A file replaced by a rename
+  // is not a change: the mapping keeps the old one. Parsed bytes: always fine.
+  status check_unchanged() const;
 
   const std::vector<gguf_kv>& metadata() const { return kv_; }
   const gguf_value* find(std::string_view key) const;

@@ -471,6 +471,40 @@ def test_fd_exhaustion_backs_off(model):
         check(d.stop() == 0, "tandemd exit status")
 
 
+def test_model_file_changed_under_the_daemon(model):
+    """A resident model's file truncated under it: the request gets an error naming the change
+    (no SIGBUS), the model is unloaded, a request with the file still broken fails to load it,
+    and once the file is back the next request loads it again and generates."""
+    import shutil
+    path = os.path.join(TMP, "changing.gguf")
+    shutil.copyfile(model, path)
+    d = Daemon([("default", path)])
+    try:
+        c = Client(d.sock)
+        _, final = generate(c, 1, n=2, stream=False)
+        check("result" in final, "before: %r" % final)
+        os.truncate(path, 4096)
+        _, final = generate(c, 2, n=2, stream=False)
+        check("changed on disk" in final.get("error", {}).get("message", ""), "truncated: %r" % final)
+        check(d.p.poll() is None, "tandemd died")
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            state = c.call({"id": 3, "op": "models"})["result"]["models"][0]["state"]
+            if state == "unloaded":
+                break
+            time.sleep(0.1)
+        check(state == "unloaded", "state after the change: %r" % state)
+        _, final = generate(c, 4, n=2, stream=False)
+        check("error" in final, "a broken file loaded: %r" % final)
+        shutil.copyfile(model, path + ".new")
+        os.rename(path + ".new", path)
+        _, final = generate(c, 5, n=2, stream=False)
+        check("result" in final, "after the file came back: %r" % final)
+        c.close()
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
 def test_admin_ops(model):
     d = Daemon([])
     try:

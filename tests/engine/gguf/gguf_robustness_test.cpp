@@ -1,6 +1,8 @@
 // The reader against damaged input: a valid file truncated at every offset, random byte flips,
 // and open() on paths that are not GGUF files. Nothing may crash; truncation must be an error.
 #include <gtest/gtest.h>
+#include <cstdio>
+#include <fcntl.h>
 #include <cstring>
 #include <cerrno>
 #include <sys/stat.h>
@@ -155,6 +157,31 @@ TEST_F(gguf_open, fifo_is_refused_without_blocking) {
   auto f = gguf_file::open(p);
   ASSERT_FALSE(f.ok());
   EXPECT_HAS(f.message(), "not a regular file");
+}
+
+// A loaded file truncated or written in place is reported before its pages are read; one
+// replaced by a rename is not (the mapping keeps the old file).
+TEST_F(gguf_open, change_on_disk_is_detected) {
+  const auto bytes = small_valid_file();
+  const std::string p = write("changing.gguf", bytes);
+  auto f = gguf_file::open(p);
+  ASSERT_TRUE(f.ok()) << f.message();
+  EXPECT_TRUE(f->check_unchanged().ok());
+  const std::string other = write("other.gguf", bytes);
+  ASSERT_EQ(::rename(other.c_str(), p.c_str()), 0);
+  EXPECT_TRUE(f->check_unchanged().ok()) << "a rename over it is not a change of the mapped file";
+  auto g = gguf_file::open(p);
+  ASSERT_TRUE(g.ok()) << g.message();
+  ASSERT_EQ(::truncate(p.c_str(), 64), 0);
+  const auto st = g->check_unchanged();
+  ASSERT_FALSE(st.ok());
+  EXPECT_HAS(st.message(), "changed on disk");
+  auto h = gguf_file::open(write("inplace.gguf", bytes));
+  ASSERT_TRUE(h.ok());
+  timespec later[2] = {{0, UTIME_OMIT}, {2000000000, 0}};  // written: a new mtime, same size
+  ASSERT_EQ(::utimensat(AT_FDCWD, (dir_ / "inplace.gguf").c_str(), later, 0), 0);
+  EXPECT_FALSE(h->check_unchanged().ok());
+  EXPECT_TRUE(gguf_file::parse(bytes)->check_unchanged().ok());
 }
 
 TEST_F(gguf_open, empty_file) {
