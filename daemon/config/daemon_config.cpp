@@ -93,6 +93,9 @@ void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
   app.add_option("--max-buffered", c.max_buffered,
                  "Bytes of partly received frames over all connections; the connection that passes it gets 'busy'")
       ->check(CLI::Range(uint64_t(1) << 16, uint64_t(1) << 40))->capture_default_str();
+  app.add_option("--gpu-wait", c.gpu_wait,
+                 "Seconds to wait at start for the configured GPUs before exiting with status 1")
+      ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
   app.add_option("--gpu", c.gpu, "CUDA device that serves models (-1: the CPU backend)")
       ->check(CLI::Range(-1, 1023))->capture_default_str();
   app.add_option("--gpus", c.gpus,

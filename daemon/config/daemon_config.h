@@ -47,6 +47,9 @@ struct daemon_config {
   // already bound what idle clients can hold.
   double idle_timeout = 0;     // seconds a connection with no request in flight may stay silent; 0: forever
   std::uint64_t max_buffered = 256ull << 20;  // bytes of partly received frames over all connections
+  // Seconds to wait at start for the GPUs the configuration names (a driver still coming up)
+  // before giving up with exit status 1; READY=1 is not sent while waiting.
+  double gpu_wait = 60;
   int gpu = -1;  // CUDA device that serves models; -1: the CPU backend
   std::string gpus;    // several CUDA devices, each model split by layers over them ("0,1", "0=16GiB,1=32GiB")
   std::string ratios;  // with gpus: shares per device in these proportions; empty: the memory plan's

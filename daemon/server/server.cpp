@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <set>
+#include <thread>
 
 #include "log.h"
 #include "protocol/reply.h"
 #include "server/connection.h"
+#include "server/device_memory.h"
 #include "server/listen_socket.h"
 #include "systemd/sd_glue.h"
 
@@ -22,6 +25,25 @@ constexpr auto tick_period = std::chrono::milliseconds(200);
 // time): pause accepting this long, and say so at most every accept_log_every.
 constexpr auto accept_backoff = std::chrono::milliseconds(100);
 constexpr auto accept_log_every = std::chrono::seconds(10);
+
+// The CUDA devices the configuration names: gpu, and the ids of gpus and of every per-model
+// gpus ("0,1" or "0=16GiB,1=32GiB").
+std::set<int> configured_gpus(const daemon_config& c) {
+  std::set<int> ids;
+  if (c.gpu >= 0) ids.insert(c.gpu);
+  const auto add_list = [&](const std::string& list) {
+    for (size_t i = 0; i < list.size();) {
+      const size_t end = std::min(list.find(',', i), list.size());
+      const std::string item = list.substr(i, std::min(list.find('=', i), end) - i);
+      if (!item.empty() && item.find_first_not_of("0123456789") == std::string::npos && item.size() < 6)
+        ids.insert(std::stoi(item));
+      i = end + 1;
+    }
+  };
+  add_list(c.gpus);
+  for (const auto& [alias, list] : c.model_gpus) add_list(list);
+  return ids;
+}
 
 connection_limits limits_of(const daemon_config& c) {
   return {c.max_connections, c.max_connections_per_user, c.frame_timeout, c.idle_timeout, c.max_buffered};
@@ -111,7 +133,7 @@ int server::run() {
   registry_.join_all();
   if (!socket_path_.empty()) unlink(socket_path_.c_str());
   log(log_level::info, "stopped");
-  return exit_ok;
+  return exit_code_;
 }
 
 asio::awaitable<void> server::accept_loop() {
@@ -180,7 +202,39 @@ void server::on_signal(int sig) {
   begin_shutdown();
 }
 
+// Waits for every configured GPU to answer (a driver or device still coming up at boot), up to
+// gpu-wait seconds; false when one never did.
+bool server::wait_for_gpus() {
+  const auto ids = configured_gpus(cfg_);
+  const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                           std::chrono::duration<double>(cfg_.gpu_wait));
+  for (bool logged = false;;) {
+    std::string missing;
+    for (int id : ids)
+      if (!query_gpu_memory(id)) missing += (missing.empty() ? "" : ", ") + std::to_string(id);
+    if (missing.empty()) return true;
+    if (clock::now() >= deadline || shutting_down_) {
+      log(log_level::error, "GPU ", missing, " not ready after ", cfg_.gpu_wait,
+          " s (gpu-wait): the CUDA driver does not see it; exiting");
+      return false;
+    }
+    if (!logged) {
+      log(log_level::warning, "GPU ", missing, " not ready yet: waiting up to ", cfg_.gpu_wait, " s (gpu-wait)");
+      sd_send("STATUS=waiting for GPU " + missing);
+      logged = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
 void server::preload() {
+  if (!wait_for_gpus()) {
+    asio::post(io_, [this] {
+      exit_code_ = exit_failure;
+      begin_shutdown();
+    });
+    return;
+  }
   for (const auto& m : cfg_.models) {
     sd_send("STATUS=loading " + m.alias + " from " + m.path);
     log(log_level::info, "loading '", m.alias, "' from ", m.path);

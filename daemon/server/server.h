@@ -2,6 +2,7 @@
 // socket, the registry, the admin and helper thread pools, signals and the systemd lifecycle.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -56,9 +57,11 @@ class server {
   std::optional<peer_policy> policy_;
   std::string socket_path_;  // ours to unlink at exit (empty when activated)
 
+  bool wait_for_gpus();
+  int exit_code_ = exit_ok;
   bool preloading_ = true;
   bool reload_after_preload_ = false;  // a SIGHUP came before READY=1
-  bool shutting_down_ = false;
+  std::atomic<bool> shutting_down_{false};  // read by the admin thread while it waits for GPUs
   bool cancelled_all_ = false;
   clock::time_point drain_deadline_{};
   clock::time_point last_extend_{};

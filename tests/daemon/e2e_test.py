@@ -505,6 +505,38 @@ def test_model_file_changed_under_the_daemon(model):
         check(d.stop() == 0, "tandemd exit status")
 
 
+def test_gpu_not_ready_at_start(model):
+    """A configured GPU that the driver does not show (device 7 on this machine): tandemd waits
+    gpu-wait seconds without READY=1, says which GPU, and exits with status 1 for systemd to retry."""
+    ns_path = os.path.join(TMP, "gpuwait.sock")
+    ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ns.bind(ns_path)
+    ns.settimeout(0.1)
+    log_path = os.path.join(TMP, "tandemd.log")
+    log_before = os.path.getsize(log_path) if os.path.exists(log_path) else 0
+    env = dict(os.environ, NOTIFY_SOCKET=ns_path)
+    t0 = time.time()
+    d = Daemon([("default", model)], env=env, wait=False, extra=["--gpu", "7", "--gpu-wait", "1"])
+    msgs = []
+    try:
+        while d.p.poll() is None and time.time() - t0 < 30:
+            try:
+                msgs.extend(ns.recv(4096).decode().split("\n"))
+            except socket.timeout:
+                pass
+        check(d.p.poll() == 1, "exit status %r" % d.p.poll())
+        check(time.time() - t0 >= 0.9, "gave up after %.2f s" % (time.time() - t0))
+        check(not any(m.startswith("READY=1") for m in msgs), "READY sent: %r" % msgs)
+        check(any("waiting for GPU 7" in m for m in msgs), "no waiting STATUS: %r" % msgs)
+        with open(log_path, "rb") as f:
+            f.seek(log_before)
+            check(b"GPU 7 not ready" in f.read(), "no log line naming GPU 7")
+    finally:
+        d.p.wait(timeout=30)
+        d.log.close()
+        ns.close()
+
+
 def test_admin_ops(model):
     d = Daemon([])
     try:
