@@ -22,7 +22,7 @@ Writes to OUT_DIR, in the same format as scripts/qwen35_reference.py:
 
 Usage (no network needed): python3 scripts/moe_reference.py --arch qwen3moe tests/reference/qwen3moe_tiny
                            python3 scripts/moe_reference.py --arch qwen35moe tests/reference/qwen35moe_tiny
-The CPU test tests/engine/convert/moe_reference_test.cpp imports each directory's checkpoint and
+The CPU test tests/engine/convert/transformers_reference_test.cpp imports each directory's checkpoint and
 compares.
 """
 import argparse

@@ -18,7 +18,7 @@ run. Writes to OUT_DIR:
                                    logit margin seen (how far greedy is from a tie)
 
 Usage (no network needed): python3 scripts/qwen35_reference.py OUT_DIR [--seed 0]
-The CPU test tests/engine/convert/qwen35_reference_test.cpp imports OUT_DIR's checkpoint and
+The CPU test tests/engine/convert/transformers_reference_test.cpp imports OUT_DIR's checkpoint and
 compares (OUT_DIR = tests/reference/qwen35_tiny).
 """
 import argparse

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "log.h"
+#include "plan/plan_parse.h"
 #include "protocol/reply.h"
 #include "server/connection.h"
 #include "server/device_memory.h"
@@ -26,21 +27,18 @@ constexpr auto tick_period = std::chrono::milliseconds(200);
 constexpr auto accept_backoff = std::chrono::milliseconds(100);
 constexpr auto accept_log_every = std::chrono::seconds(10);
 
-// The CUDA devices the configuration names: gpu, and the ids of gpus and of every per-model
-// gpus ("0,1" or "0=16GiB,1=32GiB").
+// The CUDA devices the configuration names: gpu, and the ids in gpus and in every per-model gpus
+// (the --devices syntax of plan/plan_parse.h; a list it refuses names nothing here, and its load
+// reports the error).
 std::set<int> configured_gpus(const daemon_config& c) {
   std::set<int> ids;
   if (c.gpu >= 0) ids.insert(c.gpu);
   const auto add_list = [&](const std::string& list) {
-    for (size_t i = 0; i < list.size();) {
-      const size_t end = std::min(list.find(',', i), list.size());
-      const std::string item = list.substr(i, std::min(list.find('=', i), end) - i);
-      if (!item.empty() && item.find_first_not_of("0123456789") == std::string::npos && item.size() < 6)
-        ids.insert(std::stoi(item));
-      i = end + 1;
-    }
+    if (auto devs = parse_device_list(list))
+      for (const device_request& d : *devs)
+        if (d.cuda_id >= 0) ids.insert(d.cuda_id);
   };
-  add_list(c.gpus);
+  if (!c.gpus.empty()) add_list(c.gpus);
   for (const auto& [alias, list] : c.model_gpus) add_list(list);
   return ids;
 }

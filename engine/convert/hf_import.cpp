@@ -44,6 +44,24 @@ status check_silu(const config_reader& c) {
   return {};
 }
 
+status check_heads(const config_reader& c, hparams& hp) {
+  const std::string& l = c.label();
+  if (hp.n_head % hp.n_head_kv != 0)
+    return make_error(l, ": num_attention_heads (", hp.n_head,
+                      ") is not a multiple of num_key_value_heads (", hp.n_head_kv, ")");
+  if (hp.head_dim == 0) {
+    if (hp.n_embd % hp.n_head != 0)
+      return make_error(l, ": hidden_size (", hp.n_embd,
+                        ") is not a multiple of num_attention_heads (", hp.n_head,
+                        ") and head_dim is missing");
+    hp.head_dim = hp.n_embd / hp.n_head;
+  }
+  if (hp.head_dim % 2 != 0)
+    return make_error(l, ": head_dim (", hp.head_dim, ") must be even for RoPE");
+  hp.rope_dim = hp.head_dim;
+  return {};
+}
+
 }  // namespace hf_detail
 
 namespace {
@@ -102,23 +120,6 @@ status check_unsupported(const config_reader& c, std::string_view model_type) {
   return {};
 }
 
-status check_heads(const config_reader& c, hparams& hp) {
-  const std::string& l = c.label();
-  if (hp.n_head % hp.n_head_kv != 0)
-    return make_error(l, ": num_attention_heads (", hp.n_head,
-                      ") is not a multiple of num_key_value_heads (", hp.n_head_kv, ")");
-  if (hp.head_dim == 0) {
-    if (hp.n_embd % hp.n_head != 0)
-      return make_error(l, ": hidden_size (", hp.n_embd,
-                        ") is not a multiple of num_attention_heads (", hp.n_head,
-                        ") and head_dim is missing");
-    hp.head_dim = hp.n_embd / hp.n_head;
-  }
-  if (hp.head_dim % 2 != 0)
-    return make_error(l, ": head_dim (", hp.head_dim, ") must be even for RoPE");
-  hp.rope_dim = hp.head_dim;
-  return {};
-}
 
 // Applies the transform's value change to one row.
 void map_values(tensor_transform::value_op op, float* row, uint64_t n) {
@@ -401,7 +402,7 @@ result<hf_config> parse_hf_config(std::string_view json_text, const std::string&
   TANDEM_TRY(c.u32("num_key_value_heads", hp.n_head_kv, false));
   hp.head_dim = 0;
   TANDEM_TRY(c.u32("head_dim", hp.head_dim, false));
-  TANDEM_TRY(check_heads(c, hp));
+  TANDEM_TRY(hf_detail::check_heads(c, hp));
   hp.rms_eps = 1e-6f;  // the default of all three transformers configs
   TANDEM_TRY(c.positive_float(c.get("rms_norm_eps"), "rms_norm_eps", hp.rms_eps));
   hp.rope_theta = 10000.f;

@@ -89,6 +89,9 @@ class config_reader {
 status read_rope_theta(const config_reader& c, float& theta);
 // hidden_act must be silu.
 status check_silu(const config_reader& c);
+// num_key_value_heads divides num_attention_heads; head_dim (hidden / heads when absent) is even;
+// rope_dim is set to it.
+status check_heads(const config_reader& c, hparams& hp);
 
 // How one tensor's values are rearranged and mapped on the way from safetensors to GGUF.
 struct tensor_transform {

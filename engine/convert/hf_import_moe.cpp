@@ -112,13 +112,7 @@ result<hf_config> parse_qwen3moe_config(const json& root, const std::string& lab
   TANDEM_TRY(c.u32("num_key_value_heads", hp.n_head_kv, false));
   TANDEM_TRY(c.u32("max_position_embeddings", hp.n_ctx_train, false));
   TANDEM_TRY(c.u32("head_dim", hp.head_dim, false));
-  if (hp.n_head % hp.n_head_kv != 0)
-    return make_error(label, ": num_attention_heads (", hp.n_head, ") is not a multiple of num_key_value_heads (",
-                      hp.n_head_kv, ")");
-  if (hp.head_dim == 0) hp.head_dim = hp.n_embd / hp.n_head;
-  if (hp.head_dim == 0 || hp.head_dim % 2 != 0)
-    return make_error(label, ": head_dim (", hp.head_dim, ") must be even and positive for RoPE");
-  hp.rope_dim = hp.head_dim;
+  TANDEM_TRY(check_heads(c, hp));
   TANDEM_TRY(c.positive_float(c.get("rms_norm_eps"), "rms_norm_eps", hp.rms_eps));
   TANDEM_TRY(read_rope_theta(c, hp.rope_theta));
   TANDEM_TRY(c.boolean("tie_word_embeddings", hp.tied_output));

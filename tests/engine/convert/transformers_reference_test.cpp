@@ -1,8 +1,8 @@
-// End to end against Hugging Face for the MoE architectures: imports the tiny random checkpoints
-// that scripts/moe_reference.py wrote with transformers (tests/reference/qwen3moe_tiny and
-// qwen35moe_tiny), runs the CPU backend (or, built with TANDEM_REFERENCE_CUDA, the CUDA backend on
-// GPU 0) and compares the prompt's logits and the 64-token greedy continuation with transformers'.
-// Each directory is skipped until the script's output is checked in.
+// End to end against Hugging Face: imports the tiny random checkpoints that transformers wrote
+// (tests/reference/qwen35_tiny from scripts/qwen35_reference.py; qwen3moe_tiny and qwen35moe_tiny
+// from scripts/moe_reference.py), runs the CPU backend (or, built with TANDEM_REFERENCE_CUDA, the
+// CUDA backend on GPU 0) and compares the prompt's logits and the 64-token greedy continuation with
+// transformers'. Each directory is skipped until the script's output is checked in.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -28,9 +28,9 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// TANDEM_MOE_REFERENCE_ROOT points the test at another directory holding the script's outputs.
+// TANDEM_REFERENCE_ROOT points the test at another directory holding the scripts' outputs.
 fs::path reference_root() {
-  const char* env = std::getenv("TANDEM_MOE_REFERENCE_ROOT");
+  const char* env = std::getenv("TANDEM_REFERENCE_ROOT");
   return env && *env ? fs::path(env) : fs::path(TANDEM_SOURCE_DIR) / "tests/reference";
 }
 
@@ -38,10 +38,11 @@ fs::path reference_root() {
 // fp32 weights, so they differ only by summation order (mat-vec splits, softmax, the chunked
 // against the recurrent delta rule, the order experts are summed in), a relative ~1e-6 per op that
 // stays well under 1e-4 of the scale after 4 layers, provided both select the same experts: the
-// script refuses seeds whose router probabilities come within 1e-4 of a tie at the k-th place, so
-// fp32 rounding cannot flip a choice. 1e-3 leaves a 10x margin, while any real mistake (a wrong
-// expert row offset, gate and up swapped, weights not renormalised, a missing shared-expert gate)
-// moves logits by 10% or more of it. The GPU's prefill GEMMs
+// MoE script refuses seeds whose router probabilities come within 1e-4 of a tie at the k-th place,
+// so fp32 rounding cannot flip a choice. 1e-3 leaves a 10x margin, while any real mistake (a missed
+// reorder or +1, wrong rotary dims, a wrong decay; a wrong expert row offset, gate and up swapped,
+// weights not renormalised, a missing shared-expert gate) moves logits by 10% or more of it. The
+// GPU's prefill GEMMs
 // take fp16 activations (a relative 5e-4 rounding per operand): 1e-2 of the scale.
 #ifdef TANDEM_REFERENCE_CUDA
 constexpr float k_tolerance = 1e-2f;
@@ -70,20 +71,20 @@ float margin(const float* row, uint32_t n) {
   return v[0] - v[1];
 }
 
-class moe_reference : public ::testing::TestWithParam<std::string> {
+class transformers_reference : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     const fs::path k_ref_dir = reference_root() / GetParam();
     if (!fs::exists(k_ref_dir / "model.safetensors"))
       GTEST_SKIP() << "no " << (k_ref_dir / "model.safetensors").string()
-                   << " (run scripts/moe_reference.py to make it)";
+                   << " (run scripts/qwen35_reference.py or scripts/moe_reference.py to make it)";
     std::ifstream in(k_ref_dir / "reference.json");
     ASSERT_TRUE(in) << "reference.json missing beside model.safetensors";
     std::stringstream ss;
     ss << in.rdbuf();
     ref_ = json::parse(ss.str());
     gguf_ = fs::temp_directory_path() /
-            ("tandem-moe-ref-" + GetParam() + "-" + std::to_string(::getpid()) + ".gguf");
+            ("tandem-hf-ref-" + GetParam() + "-" + std::to_string(::getpid()) + ".gguf");
     import_options opt;
     opt.type = ggml_type::f32;  // the reference ran in float32: nothing to lose on the way
     opt.tokenizer = false;
@@ -92,7 +93,8 @@ class moe_reference : public ::testing::TestWithParam<std::string> {
     auto m = load_model(gguf_.string());
     ASSERT_TRUE(m.ok()) << m.message();
     model_ = std::move(*m);
-    ASSERT_TRUE(model_.desc.hp.moe()) << "the reference checkpoint imported as a dense model";
+    ASSERT_EQ(model_.desc.hp.moe(), GetParam().find("moe") != std::string::npos)
+        << "the reference checkpoint imported as the wrong kind of model";
     auto be = make_reference_backend(model_.desc);
 #ifdef TANDEM_REFERENCE_CUDA
     if (!be && cuda_backend_device_count() == 0) GTEST_SKIP() << "no CUDA device";
@@ -128,7 +130,7 @@ class moe_reference : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<kv_cache> cache_;
 };
 
-TEST_P(moe_reference, prompt_logits_and_greedy_continuation_match_transformers) {
+TEST_P(transformers_reference, prompt_logits_and_greedy_continuation_match_transformers) {
   const auto prompt = ref_["prompt"].get<std::vector<int32_t>>();
   const auto greedy = ref_["greedy"].get<std::vector<int32_t>>();
   const uint32_t V = be_->n_vocab();
@@ -168,10 +170,10 @@ TEST_P(moe_reference, prompt_logits_and_greedy_continuation_match_transformers) 
   }
 }
 
-// The whole prompt + continuation as one prefill on another sequence (experts over 88 tokens at
-// once; for qwen35moe the chunked delta rule over more than one chunk) must pick the same tokens as
-// transformers' no-cache pass.
-TEST_P(moe_reference, one_pass_over_prompt_and_continuation_matches) {
+// The whole prompt + continuation as one prefill on another sequence (the chunked delta rule over
+// more than one chunk; experts over 88 tokens at once) must pick the same tokens as transformers'
+// no-cache pass.
+TEST_P(transformers_reference, one_pass_over_prompt_and_continuation_matches) {
   std::vector<int32_t> all = ref_["prompt"].get<std::vector<int32_t>>();
   for (const json& t : ref_["greedy"]) all.push_back(t.get<int32_t>());
   const auto want = ref_["nocache_argmax"].get<std::vector<int32_t>>();
@@ -184,7 +186,8 @@ TEST_P(moe_reference, one_pass_over_prompt_and_continuation_matches) {
                                                   << margin(&logits[i * V], V) << ")";
 }
 
-INSTANTIATE_TEST_SUITE_P(tiny, moe_reference, ::testing::Values("qwen3moe_tiny", "qwen35moe_tiny"));
+INSTANTIATE_TEST_SUITE_P(tiny, transformers_reference,
+                         ::testing::Values("qwen35_tiny", "qwen3moe_tiny", "qwen35moe_tiny"));
 
 }  // namespace
 }  // namespace tandem
