@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   eo.model_ratios = cfg.model_ratios;
   eo.threads = cfg.threads;
   eo.context = cfg.context;
+  eo.parallel = cfg.parallel;
   eo.chat_format = cfg.chat_format;
   eo.prefill_chunk = cfg.prefill_chunk;
   eo.stall_timeout_s = cfg.stall_timeout;

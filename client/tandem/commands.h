@@ -19,6 +19,8 @@ using action = std::function<int()>;
 
 void add_run_command(CLI::App& app, const global_options& g, action& act);
 void add_chat_command(CLI::App& app, const global_options& g, action& act);
+// loadgen: concurrent streamed generations, timed.
+void add_loadgen_command(CLI::App& app, const global_options& g, action& act);
 // ps, models, status, load, unload, swap, tokenize.
 void add_admin_commands(CLI::App& app, const global_options& g, action& act);
 

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   add_run_command(app, g, act);
   add_chat_command(app, g, act);
   add_admin_commands(app, g, act);
+  add_loadgen_command(app, g, act);
 
   try {
     app.parse(argc, argv);

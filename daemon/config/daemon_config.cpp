@@ -111,10 +111,14 @@ void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
   app.add_option("--model-ratios", raw.model_ratios, "Per model: NAME=R, that alias's ratios (e.g. big=1,1.75)");
   app.add_option("--model-split", raw.model_split, "Per model: NAME=layer|tensor, that alias's split (e.g. big=tensor)");
   app.add_option("--threads", c.threads, "CPU backend threads per model (0: all cores)")->capture_default_str();
-  app.add_option("--context", c.context, "KV cache tokens per model")->check(CLI::Range(16u, 1u << 24))
-      ->capture_default_str();
+  app.add_option("--context", c.context, "KV cache tokens per sequence (capped by the model's own)")
+      ->check(CLI::Range(16u, 1u << 24))->capture_default_str();
+  app.add_option("--parallel", c.parallel,
+                 "Sequences per model decoded together; the KV cache holds context tokens for each")
+      ->check(CLI::Range(1u, 256u))->capture_default_str();
   app.add_option("--prefill-chunk", c.prefill_chunk,
-                 "Prompt tokens per forward pass; a cancel takes effect between passes")
+                 "Tokens per forward pass: each running sequence's next token, prompt chunks in the rest; "
+                 "a cancel takes effect between passes")
       ->check(CLI::Range(1u, 65536u))->capture_default_str();
   app.add_option("--stall-timeout", c.stall_timeout,
                  "Seconds one forward pass may take before the engine counts as wedged and the "

@@ -34,7 +34,10 @@ struct daemon_config {
   std::vector<model_spec> models;          // preloaded; the first is the default alias
   double keep_alive = 0;                   // seconds idle before unload; 0: never
   std::uint64_t memory_budget = 0;         // bytes of all resident models; 0: unlimited
-  std::uint32_t prefill_chunk = 256;       // prompt tokens per forward pass: cancel is checked between
+  // Tokens per forward pass: each running sequence's next token, prompt chunks in the rest, so a
+  // long prompt delays the others' next token by at most one pass; cancel is checked between.
+  std::uint32_t prefill_chunk = 256;
+  std::uint32_t parallel = 4;              // sequences per model decoded together (KV: context each)
   double stall_timeout = 300;              // seconds in one forward pass before the engine is unhealthy; 0: never
   std::uint32_t queue_depth = 16;
   std::uint32_t max_frame = 16u << 20;
@@ -56,7 +59,7 @@ struct daemon_config {
   std::string split = "layer";  // with gpus: layer ranges, or tensor (every layer cut)
   std::map<std::string, std::string> model_gpus, model_ratios, model_split;  // per alias overrides
   std::uint32_t threads = 0;
-  std::uint32_t context = 4096;
+  std::uint32_t context = 4096;  // KV cache tokens per sequence
   std::string chat_format;
   double drain_timeout = 30;
   std::string log_level = "info";

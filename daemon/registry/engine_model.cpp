@@ -7,15 +7,8 @@
 #include <algorithm>
 #include <mutex>
 
-#include "backend/backend.h"
-#include "runtime/model_instance.h"
-#include "chat/chat_template.h"
-#include "model/model_desc.h"
-#include "quant/ggml_type.h"
-#include "registry/forward_watch.h"
-#include "runtime/generator.h"
+#include "runtime/serving_session.h"
 #include "tokenizer/stream_decoder.h"
-#include "tokenizer/tokenizer.h"
 
 namespace tandem::daemon {
 namespace {
@@ -48,49 +41,44 @@ std::string device_name(const engine_options& opt) {
 
 class engine_model final : public served_model {
  public:
-  engine_model(std::string path, const engine_options& opt, std::unique_ptr<loaded_model> model, tokenizer tok,
-               chat_template tpl, std::unique_ptr<backend> be, std::unique_ptr<kv_cache> cache)
-      : path_(std::move(path)), device_(device_name(opt)),
-        prefill_chunk_(opt.prefill_chunk), model_(std::move(model)), tok_(std::move(tok)), tpl_(std::move(tpl)),
-        be_(std::move(be)), cache_(std::move(cache)), stop_tokens_(chat_stop_tokens(tpl_, tok_)),
-        watch_(std::chrono::duration<double>(opt.stall_timeout_s)) {}
+  engine_model(std::string path, const engine_options& opt, std::unique_ptr<serving_session> session)
+      : path_(std::move(path)), device_(device_name(opt)), parallel_(std::max(1u, opt.parallel)),
+        session_(std::move(session)) {}
 
+  // Called by several worker threads at once (slots()): each waits for its own sequence while the
+  // session's scheduler decodes them together.
   result<generation_stats> generate(const generation_input& in, const text_sink& on_text) override {
     // Weights are read from the mapped file: a file truncated under it would fault (SIGBUS).
-    if (auto st = model_->file->check_unchanged(); !st) {
+    if (auto st = session_->file().check_unchanged(); !st) {
       mark_stale(st.message());
       return st.err();
     }
-    auto prompt = encode_prompt(in);
+    session_request req;
+    auto prompt = encode(in);
     if (!prompt) return prompt.err();
     if (prompt->empty()) return make_error("the prompt encodes to no tokens");
-
-    generate_params gp;
+    req.prompt = std::move(*prompt);
+    auto& gp = req.params;
     gp.sampling.temperature = in.sampling.temperature;
     gp.sampling.top_k = static_cast<int32_t>(in.sampling.top_k);
     gp.sampling.top_p = in.sampling.top_p;
     gp.sampling.min_p = in.sampling.min_p;
     gp.sampling.repeat_penalty = in.sampling.repeat_penalty;
-    gp.sampling.seed = in.sampling.seed.value_or(next_seed_++);
+    gp.sampling.seed = in.sampling.seed.value_or(next_seed_.fetch_add(1));
     gp.max_tokens = static_cast<int32_t>(in.max_tokens);
-    gp.stop_tokens = stop_tokens_;
     gp.stop_strings = in.stop;
-    gp.n_batch = prefill_chunk_;
-    // The sink answers false once the request is cancelled or its client gone; asking it between
-    // prefill passes lets a long prompt stop within one pass.
-    gp.cancelled = [&on_text] { return !on_text(std::string_view()); };
 
-    auto token_text = [this](int32_t id) { return std::string(tok_.token_bytes(id)); };
     // Replies are msgpack strings: whatever bytes the model produces, send valid UTF-8 (bytes
     // that never form a character become U+FFFD).
-    stream_decoder utf8(tok_);
+    stream_decoder utf8(session_->tok());
     std::string text;
     bool keep_going = true;
-    watched_backend be(*be_, watch_);
-    auto r = tandem::generate(be, *cache_, 0, *prompt, gp, token_text, [&](std::string_view t) {
+    // The scheduler also calls with "" once per step: the sink answers false once the request is
+    // cancelled or its client gone, which frees the sequence within one step.
+    auto r = session_->generate(std::move(req), [&](std::string_view t) {
       auto piece = utf8.push_bytes(t);
       text += piece;
-      keep_going = on_text(piece);  // also when empty: the sink checks for cancellation
+      keep_going = on_text(piece);
       return keep_going;
     });
     if (!r) return r.err();
@@ -101,106 +89,95 @@ class engine_model final : public served_model {
     generation_stats s;
     s.finish_reason = finish_reason(r->reason);
     s.prompt_tokens = r->n_prompt;
+    s.reused_tokens = r->n_reused;
     s.generated_tokens = r->tokens.size();
+    s.first_token_seconds = r->first_token_seconds;
     s.prefill_seconds = r->prefill_seconds;
     s.decode_seconds = r->decode_seconds;
     s.text = std::move(text);
     return s;
   }
 
-  result<std::vector<int32_t>> tokenize(std::string_view text, bool add_special) const override {
-    encode_options o;
-    o.add_bos = add_special && tok_.wants_bos();
-    return tok_.encode(text, o);
+  unsigned slots() const override { return parallel_; }
+
+  sequence_counts counts() const override {
+    const auto c = session_->counts();
+    return {c.slots, c.running, c.waiting, c.prefix_hits, c.reused_tokens};
   }
 
-  result<std::string> detokenize(std::span<const int32_t> ids) const override { return tok_.decode(ids); }
+  result<std::vector<int32_t>> tokenize(std::string_view text, bool add_special) const override {
+    encode_options o;
+    o.add_bos = add_special && session_->tok().wants_bos();
+    return session_->tok().encode(text, o);
+  }
+
+  result<std::string> detokenize(std::span<const int32_t> ids) const override { return session_->tok().decode(ids); }
 
   model_info info() const override {
     model_info i;
+    const auto& desc = session_->desc();
     i.path = path_;
-    i.arch = model_->desc.arch ? std::string(model_->desc.arch->name) : "";
-    i.backend = std::string(be_->name());
+    i.arch = desc.arch ? std::string(desc.arch->name) : "";
+    i.backend = std::string(session_->backend_name());
     i.device = device_;
-    i.n_vocab = be_->n_vocab();
-    i.n_ctx = cache_->config().n_ctx;
-    i.file_bytes = model_->file->file_size();
-    i.cache_bytes = cache_->bytes();
-    i.state_bytes = cache_->recurrent_bytes();
+    i.n_vocab = desc.hp.n_vocab;
+    i.n_ctx = session_->cache().config().n_ctx;
+    i.parallel = parallel_;
+    i.file_bytes = session_->file().file_size();
+    i.cache_bytes = session_->cache().bytes();
+    i.state_bytes = session_->cache().recurrent_bytes();
     return i;
   }
 
-  bool healthy() const override { return watch_.healthy(); }
+  bool healthy() const override { return session_->healthy(); }
   bool stale() const override {
     if (stale_) return true;
-    if (auto st = model_->file->check_unchanged(); !st) mark_stale(st.message());
+    if (auto st = session_->file().check_unchanged(); !st) mark_stale(st.message());
     return stale_;
   }
 
  private:
-  result<std::vector<int32_t>> encode_prompt(const generation_input& in) const {
-    if (in.prompt) {
-      encode_options o;
-      o.add_bos = tok_.wants_bos();
-      return tok_.encode(*in.prompt, o);
-    }
+  result<std::vector<int32_t>> encode(const generation_input& in) const {
+    if (in.prompt) return session_->encode_prompt(*in.prompt);
     std::vector<chat_message> msgs;
     msgs.reserve(in.messages.size());
     for (const auto& m : in.messages) msgs.push_back({m.role, m.content});
-    auto chat = render_chat_text(tpl_, msgs);
-    if (!chat) return chat.err();
-    return encode_chat(tok_, *chat);  // control tokens from the template only, never from messages
+    return session_->encode_messages(msgs);  // control tokens from the template only, never from messages
+  }
+
+  void mark_stale(const std::string& why) const {
+    if (!stale_.exchange(true)) log(log_level::warning, why, "; the model is unloaded once idle and reloads on its next request");
   }
 
   std::string path_;
   std::string device_;
+  unsigned parallel_;
   mutable std::atomic<bool> stale_{false};
-  void mark_stale(const std::string& why) const {
-    if (!stale_.exchange(true)) log(log_level::warning, why, "; the model is unloaded once idle and reloads on its next request");
-  }
-  std::uint32_t prefill_chunk_;
-  std::unique_ptr<loaded_model> model_;  // at a fixed address: the backend refers to its desc
-  tokenizer tok_;
-  chat_template tpl_;
-  std::unique_ptr<backend> be_;
-  std::unique_ptr<kv_cache> cache_;
-  std::vector<int32_t> stop_tokens_;
-  uint64_t next_seed_ = 0x7a6e64656d;  // unseeded requests still differ from one another
-  forward_watch watch_;
+  std::unique_ptr<serving_session> session_;
+  std::atomic<uint64_t> next_seed_{0x7a6e64656d};  // unseeded requests still differ from one another
 };
 
-uint32_t cache_tokens(const model_desc& desc, const engine_options& opt) {
-  uint32_t n = opt.context;
-  if (desc.hp.n_ctx_train > 0) n = std::min(n, desc.hp.n_ctx_train);
-  return n;
+session_options session_options_of(const engine_options& opt) {
+  session_options so;
+  so.instance.gpu = opt.gpu;
+  so.instance.gpus = opt.gpus;
+  so.instance.ratios = opt.ratios;
+  so.instance.split = opt.split;
+  so.instance.n_threads = opt.threads;
+  so.instance.cache.n_ctx = opt.context;
+  so.parallel = std::max(1u, opt.parallel);
+  so.schedule.step_tokens = opt.prefill_chunk;
+  so.chat_format = opt.chat_format;
+  so.stall_timeout_s = opt.stall_timeout_s;
+  return so;
 }
 
 }  // namespace
 
 result<std::unique_ptr<served_model>> load_engine_model(const std::string& path, const engine_options& opt) {
-  auto loaded = load_model(path);
-  if (!loaded) return loaded.err();
-  auto model = std::make_unique<loaded_model>(std::move(*loaded));
-  auto tok = tokenizer::from_gguf(*model->file);
-  if (!tok) return make_error(path, ": tokenizer: ", tok.message());
-  auto tpl = chat_template_for(*tok, opt.chat_format);
-  if (!tpl) return make_error(path, ": chat template: ", tpl.message());
-  instance_options io;
-  io.gpu = opt.gpu;
-  io.gpus = opt.gpus;
-  io.ratios = opt.ratios;
-  io.split = opt.split;
-  io.n_threads = opt.threads;
-  io.cache.n_ctx = cache_tokens(model->desc, opt);  // the memory plan of a split sizes this cache
-  auto be = make_backend(model->desc, io);
-  if (!be) return make_error(path, ": backend: ", be.message());
-  kv_cache_config kc;
-  kc.n_ctx = cache_tokens(model->desc, opt);
-  kc.n_seq_max = 1;
-  auto cache = (*be)->make_cache(kc);
-  if (!cache) return make_error(path, ": KV cache: ", cache.message());
-  return std::unique_ptr<served_model>(std::make_unique<engine_model>(
-      path, opt, std::move(model), std::move(*tok), std::move(*tpl), std::move(*be), std::move(*cache)));
+  auto session = serving_session::open(path, session_options_of(opt));
+  if (!session) return session.err();
+  return std::unique_ptr<served_model>(std::make_unique<engine_model>(path, opt, std::move(*session)));
 }
 
 engine_options engine_options::for_alias(const std::string& alias) const {
@@ -223,19 +200,7 @@ model_loader engine_loader(engine_options opt) {
 }
 
 result<std::uint64_t> engine_model_bytes(const std::string& path, const engine_options& opt) {
-  auto loaded = load_model(path);  // maps and binds: reads the header, not the weights
-  if (!loaded) return loaded.err();
-  const auto& hp = loaded->desc.hp;
-  // As load_engine_model's cache: one sequence, f16 K and V rows per attention layer and KV head,
-  // in blocks of kv_cache_config's default size; a hybrid model's recurrent state (fp32 conv and
-  // S per DeltaNet layer) and its checkpoint copy.
-  const kv_cache_config kc;
-  const uint64_t slots = (uint64_t{cache_tokens(loaded->desc, opt)} + kc.block_size - 1) / kc.block_size *
-                         kc.block_size;
-  const uint64_t row = row_bytes(kc.type, hp.head_dim).value_or(uint64_t{hp.head_dim} * 4);
-  const delta_net_shape dn = delta_net_of(hp);
-  const uint64_t state = 2 * uint64_t{hp.n_delta_net_layers()} * (dn.conv_state_floats() + dn.ssm_state_floats()) * 4;
-  return loaded->file->file_size() + 2 * uint64_t{hp.n_attention_layers()} * slots * hp.n_head_kv * row + state;
+  return serving_session::footprint(path, session_options_of(opt));
 }
 
 model_sizer engine_sizer(engine_options opt) {

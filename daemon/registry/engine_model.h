@@ -1,5 +1,5 @@
-// The adapter from served_model to the engine runtime: GGUF file, tokenizer, chat template,
-// backend and KV cache of one loaded model.
+// The adapter from served_model to the engine's serving session (engine/runtime/serving_session.h):
+// one loaded model, its requests batched by the session's scheduler.
 #pragma once
 
 #include <map>
@@ -15,8 +15,11 @@ struct engine_options {
   std::string split;                // with gpus: layer (default) or tensor
   unsigned threads = 0;             // CPU backend threads; 0: all cores
   std::uint32_t context = 4096;     // KV cache tokens per sequence (capped by the model's own)
+  unsigned parallel = 4;            // sequences per model decoded together (KV pool: context × parallel)
   std::string chat_format;          // empty: from the model's template
-  std::uint32_t prefill_chunk = 256;  // prompt tokens per forward pass; cancel is checked between
+  // Tokens per forward pass: every running sequence's decode token, prompt chunks in the rest;
+  // cancel is checked between passes.
+  std::uint32_t prefill_chunk = 256;
   double stall_timeout_s = 300;     // a forward pass longer than this makes the model unhealthy; 0: never
   // Per alias: its own devices / ratios / split instead of gpus / ratios / split above (an
   // alias named in model_gpus and not in model_ratios gets the plan's default ratios).
@@ -32,8 +35,8 @@ result<std::unique_ptr<served_model>> load_engine_model(const std::string& path,
 // A loader bound to fixed options, for the registry.
 model_loader engine_loader(engine_options opt);
 
-// The bytes load_engine_model would hold for `path` with these options: the file (mapped or
-// uploaded weights) plus the KV cache, computed from the GGUF header without loading.
+// The bytes load_engine_model would hold for `path` with these options: the session's
+// footprint (the file plus the KV pool and recurrent state), from the header without loading.
 result<std::uint64_t> engine_model_bytes(const std::string& path, const engine_options& opt);
 model_sizer engine_sizer(engine_options opt);
 

@@ -1,11 +1,14 @@
 // model_instance: the worker loop and its queue.
 #include "registry/model_instance.h"
 
+#include <algorithm>
+
 namespace tandem::daemon {
 
 model_instance::model_instance(std::unique_ptr<served_model> model, std::size_t max_queue)
     : model_(std::move(model)), info_(model_->info()), max_queue_(max_queue) {
-  worker_ = std::thread([this] { work(); });
+  const unsigned n = std::max(1u, model_->slots());
+  for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this] { work(); });
 }
 
 model_instance::~model_instance() {
@@ -29,7 +32,7 @@ void model_instance::adopt(std::deque<model_job> jobs) {
     std::lock_guard lk(mu_);
     for (auto& j : jobs) queue_.push_back(std::move(j));
   }
-  cv_.notify_one();
+  cv_.notify_all();
 }
 
 std::deque<model_job> model_instance::close_and_take_queued() {
@@ -39,7 +42,7 @@ std::deque<model_job> model_instance::close_and_take_queued() {
     closed_ = true;
     out.swap(queue_);
   }
-  cv_.notify_one();
+  cv_.notify_all();
   return out;
 }
 
@@ -48,11 +51,12 @@ void model_instance::close() {
     std::lock_guard lk(mu_);
     closed_ = true;
   }
-  cv_.notify_one();
+  cv_.notify_all();
 }
 
 void model_instance::join() {
-  if (worker_.joinable() && worker_.get_id() != std::this_thread::get_id()) worker_.join();
+  for (auto& w : workers_)
+    if (w.joinable() && w.get_id() != std::this_thread::get_id()) w.join();
 }
 
 std::size_t model_instance::queued() const {
@@ -62,7 +66,7 @@ std::size_t model_instance::queued() const {
 
 bool model_instance::running() const {
   std::lock_guard lk(mu_);
-  return running_;
+  return running_ > 0;
 }
 
 std::uint64_t model_instance::completed() const {
@@ -72,12 +76,12 @@ std::uint64_t model_instance::completed() const {
 
 bool model_instance::idle_for(clock::duration d, clock::time_point now) const {
   std::lock_guard lk(mu_);
-  return !running_ && queue_.empty() && now - last_used_ >= d;
+  return running_ == 0 && queue_.empty() && now - last_used_ >= d;
 }
 
 bool model_instance::idle() const {
   std::lock_guard lk(mu_);
-  return !running_ && queue_.empty();
+  return running_ == 0 && queue_.empty();
 }
 
 model_instance::clock::time_point model_instance::last_used() const {
@@ -94,7 +98,7 @@ void model_instance::work() {
       if (queue_.empty()) return;  // closed and drained
       job = std::move(queue_.front());
       queue_.pop_front();
-      running_ = true;
+      ++running_;
     }
     // run() itself answers a job cancelled while queued; an exception must not kill the worker.
     try {
@@ -103,7 +107,7 @@ void model_instance::work() {
       if (job.fail) job.fail({proto::error_code::internal, std::string("worker: ") + e.what()});
     }
     std::lock_guard lk(mu_);
-    running_ = false;
+    --running_;
     ++completed_;
     last_used_ = clock::now();
   }

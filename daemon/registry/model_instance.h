@@ -1,5 +1,5 @@
-// model_instance: one loaded model with its own worker thread and bounded job queue. The engine
-// only ever runs here, never on the I/O thread.
+// model_instance: one loaded model with its worker threads (one per sequence slot the model
+// batches) and a bounded FIFO job queue. The engine only ever runs here, never on the I/O thread.
 #pragma once
 
 #include <chrono>
@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "registry/model_job.h"
 #include "registry/served_model.h"
@@ -37,7 +38,7 @@ class model_instance {
   void join();
 
   std::size_t queued() const;
-  bool running() const;
+  bool running() const;  // some job is running
   bool idle_for(clock::duration d, clock::time_point now) const;
   // No job running or waiting: the instance may be evicted without failing anyone.
   bool idle() const;
@@ -60,10 +61,10 @@ class model_instance {
   std::condition_variable cv_;
   std::deque<model_job> queue_;
   bool closed_ = false;
-  bool running_ = false;
+  unsigned running_ = 0;
   std::uint64_t completed_ = 0;
   clock::time_point last_used_ = clock::now();
-  std::thread worker_;
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace tandem::daemon

@@ -317,6 +317,12 @@ nlohmann::json model_registry::describe() const {
       m["cache_bytes"] = i.cache_bytes;
       m["state_bytes"] = i.state_bytes;
       m["completed"] = e.current->completed();
+      // The engine's view: sequences in slots, requests it holds for a slot, prefix reuse.
+      const auto c = e.current->model().counts();
+      m["parallel"] = c.slots;
+      m["sequences"] = {{"running", c.running}, {"waiting", c.waiting}};
+      m["prefix_hits"] = c.prefix_hits;
+      m["reused_tokens"] = c.reused_tokens;
     }
     list.push_back(std::move(m));
   }

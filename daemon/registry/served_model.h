@@ -29,7 +29,9 @@ struct generation_input {
 struct generation_stats {
   std::string finish_reason;  // stop, length, context_limit, cancelled
   std::uint64_t prompt_tokens = 0;
+  std::uint64_t reused_tokens = 0;  // prompt tokens whose KV a cached prefix already held
   std::uint64_t generated_tokens = 0;
+  double first_token_seconds = 0;   // from the engine taking the request to its first token
   double prefill_seconds = 0;
   double decode_seconds = 0;
   std::string text;  // the whole generated text
@@ -41,10 +43,20 @@ struct model_info {
   std::string backend;
   std::string device;             // where the weights and cache live: "cpu", "cuda:0", ...
   std::uint64_t n_vocab = 0;
-  std::uint64_t n_ctx = 0;
+  std::uint64_t n_ctx = 0;         // tokens per sequence
+  std::uint32_t parallel = 1;      // sequences decoded together
   std::uint64_t file_bytes = 0;   // mapped weights
   std::uint64_t cache_bytes = 0;  // KV cache storage, recurrent state included
   std::uint64_t state_bytes = 0;  // the part of cache_bytes that is hybrid models' recurrent state
+};
+
+// A model's sequence slots and what they are doing, for status.
+struct sequence_counts {
+  std::uint32_t slots = 1;
+  std::uint32_t running = 0;  // requests in a slot (prefilling or decoding)
+  std::uint32_t waiting = 0;  // handed to the engine, not yet in a slot
+  std::uint64_t prefix_hits = 0;
+  std::uint64_t reused_tokens = 0;
 };
 
 // Receives text as it is produced; returning false cancels the generation.
@@ -54,8 +66,11 @@ class served_model {
  public:
   virtual ~served_model() = default;
 
-  // Runs one generation to completion (or cancellation). Called from one worker thread at a time.
+  // Runs one generation to completion (or cancellation). Called from up to slots() worker
+  // threads at once; the engine batches them.
   virtual result<generation_stats> generate(const generation_input& in, const text_sink& on_text) = 0;
+  virtual unsigned slots() const { return 1; }
+  virtual sequence_counts counts() const { return {}; }
 
   // Thread safe; may run beside generate.
   virtual result<std::vector<std::int32_t>> tokenize(std::string_view text, bool add_special) const = 0;

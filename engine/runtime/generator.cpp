@@ -62,6 +62,33 @@ std::string stop_string_filter::flush() {
   return out;
 }
 
+token_stream::token_stream(const generate_params& params, token_text_fn token_text, std::span<const int32_t> prompt)
+    : smp_(params.sampling), filter_(params.stop_strings), stop_tokens_(params.stop_tokens),
+      token_text_(std::move(token_text)) {
+  for (int32_t t : prompt) smp_.accept(t);
+}
+
+token_step token_stream::next(std::span<const float> logits) {
+  token_step st;
+  st.token = smp_.sample(logits);
+  smp_.accept(st.token);
+  if (std::find(stop_tokens_.begin(), stop_tokens_.end(), st.token) != stop_tokens_.end()) {
+    st.stop_token = true;
+    return st;
+  }
+  pending_ += token_text_(st.token);
+  const size_t whole = utf8_complete_prefix(pending_);
+  st.text = filter_.push(std::string_view(pending_).substr(0, whole), st.stop_string);
+  pending_.erase(0, whole);
+  return st;
+}
+
+std::string token_stream::flush() {
+  std::string out = filter_.flush() + pending_;
+  pending_.clear();
+  return out;
+}
+
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -79,8 +106,6 @@ result<generate_result> generate(backend& be, kv_cache& cache, int32_t seq,
   cache.clear(seq);
   generate_result res;
   res.n_prompt = prompt.size();
-  sampler smp(params.sampling);
-  for (int32_t t : prompt) smp.accept(t);
 
   std::vector<float> logits;
   auto t0 = std::chrono::steady_clock::now();
@@ -102,11 +127,10 @@ result<generate_result> generate(backend& be, kv_cache& cache, int32_t seq,
       return s.err();
     }
   }
-  res.prefill_seconds = seconds_since(t0);
+  res.prefill_seconds = res.first_token_seconds = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
 
-  stop_string_filter filter(params.stop_strings);
-  std::string pending;  // bytes waiting for the rest of a UTF-8 character
+  token_stream out(params, token_text, prompt);
   auto emit = [&](const std::string& text) {
     if (text.empty()) return true;
     res.text += text;
@@ -114,24 +138,17 @@ result<generate_result> generate(backend& be, kv_cache& cache, int32_t seq,
   };
   res.reason = stop_reason::max_tokens;
   for (int32_t n = 0; params.max_tokens < 0 || n < params.max_tokens; ++n) {
-    const int32_t tok = smp.sample(logits);
-    smp.accept(tok);
-    res.tokens.push_back(tok);
-    if (std::find(params.stop_tokens.begin(), params.stop_tokens.end(), tok) !=
-        params.stop_tokens.end()) {
+    token_step st = out.next(logits);
+    res.tokens.push_back(st.token);
+    if (st.stop_token) {
       res.reason = stop_reason::stop_token;
       break;
     }
-    pending += token_text(tok);
-    const size_t whole = utf8_complete_prefix(pending);
-    bool stopped = false;
-    std::string out = filter.push(std::string_view(pending).substr(0, whole), stopped);
-    pending.erase(0, whole);
-    if (!emit(out)) {
+    if (!emit(st.text)) {
       res.reason = stop_reason::cancelled;
       break;
     }
-    if (stopped) {
+    if (st.stop_string) {
       res.reason = stop_reason::stop_string;
       break;
     }
@@ -145,11 +162,10 @@ result<generate_result> generate(backend& be, kv_cache& cache, int32_t seq,
       break;
     }
     batch b;
-    b.add(tok, seq, int32_t(cache.length(seq)), true);
+    b.add(st.token, seq, int32_t(cache.length(seq)), true);
     TANDEM_TRY(be.forward(b, cache, logits));
   }
-  if (res.reason != stop_reason::stop_string && res.reason != stop_reason::cancelled)
-    emit(filter.flush() + pending);
+  if (res.reason != stop_reason::stop_string && res.reason != stop_reason::cancelled) emit(out.flush());
   res.decode_seconds = seconds_since(t0);
   return res;
 }

@@ -35,6 +35,8 @@ struct generate_result {
   std::string text;             // everything passed to on_text
   stop_reason reason = stop_reason::max_tokens;
   size_t n_prompt = 0;
+  size_t n_reused = 0;         // prompt tokens whose KV was already cached (prefix reuse)
+  double first_token_seconds = 0;  // from submission (or the call) to the first token
   double prefill_seconds = 0;
   double decode_seconds = 0;  // sampling + decode passes after the first token
 };
@@ -66,6 +68,31 @@ class stop_string_filter {
  private:
   std::vector<std::string> stops_;
   std::string held_;
+};
+
+// What one sampled token does to a generation: the text it lets out and whether it ends it.
+struct token_step {
+  int32_t token = -1;
+  std::string text;          // whole UTF-8 text that may be emitted now
+  bool stop_token = false;   // a stop token: ends the generation, its text is never emitted
+  bool stop_string = false;  // text ends just before a stop string
+};
+
+// The per-sequence side of generation: sampling with the penalty window, UTF-8 holdback and the
+// stop-string filter. generate() and the serving scheduler both decode through it, so a sequence
+// gives the same text alone or batched with others.
+class token_stream {
+ public:
+  token_stream(const generate_params& params, token_text_fn token_text, std::span<const int32_t> prompt);
+  token_step next(std::span<const float> logits);
+  std::string flush();  // what is held back, when the generation ends other than by a stop string
+
+ private:
+  sampler smp_;
+  stop_string_filter filter_;
+  std::vector<int32_t> stop_tokens_;
+  token_text_fn token_text_;
+  std::string pending_;  // bytes waiting for the rest of a UTF-8 character
 };
 
 }  // namespace tandem

@@ -134,10 +134,12 @@ result<std::unique_ptr<model_instance>> model_instance::open(const std::string& 
   if (!m) return m.err();
   auto inst = std::unique_ptr<model_instance>(new model_instance());
   inst->model_ = std::move(m.value());
-  auto be = make_backend(inst->model_.desc, opt);
+  const uint32_t train = inst->model_.desc.hp.n_ctx_train;
+  if (opt.cache.n_ctx == 0 || (opt.ctx_within_training && train > 0 && opt.cache.n_ctx > train))
+    opt.cache.n_ctx = train;
+  auto be = make_backend(inst->model_.desc, opt);  // a split's memory plan sizes this cache
   if (!be) return be.err();
   inst->backend_ = std::move(be.value());
-  if (opt.cache.n_ctx == 0) opt.cache.n_ctx = inst->model_.desc.hp.n_ctx_train;
   auto c = inst->backend_->make_cache(opt.cache);
   if (!c) return c.err();
   inst->cache_ = std::move(c.value());

@@ -23,6 +23,7 @@ struct instance_options {
   std::string split;       // with gpus: "layer" (default; layer ranges) or "tensor" (every layer cut)
   unsigned n_threads = 0;  // CPU backend: 0 = all cores
   kv_cache_config cache;   // n_ctx 0: the model's training context
+  bool ctx_within_training = false;  // also cap a larger n_ctx at the model's training context
 };
 
 // A split over CUDA devices as the memory plan lays it out (gpus, ratios and split as in

@@ -744,7 +744,8 @@ def test_cancel_inside_prefill(model):
         prefill = time.time() - t0
         check(full["result"]["prompt_tokens"] > 1000, "prompt: %r" % full)
         # Cancel a quarter into the prefill: it ends at the next chunk, long before the prompt is done.
-        c.send({"id": 2, "op": "generate", "prompt": prompt, "max_tokens": 50})
+        # (Each prompt starts differently: a cached prefix would make the prefill instant.)
+        c.send({"id": 2, "op": "generate", "prompt": "one " + prompt, "max_tokens": 50})
         time.sleep(prefill / 4)
         t1 = time.time()
         c.send({"id": 3, "op": "cancel", "target": 2})
@@ -762,13 +763,14 @@ def test_cancel_inside_prefill(model):
             check(stopped < prefill / 2, "cancel took %.2fs of a %.2fs prefill" % (stopped, prefill))
         # A client that goes away mid-prefill frees the model as quickly.
         c2 = Client(d.sock)
-        c2.send({"id": 1, "op": "generate", "prompt": prompt, "max_tokens": 50})
+        c2.send({"id": 1, "op": "generate", "prompt": "two " + prompt, "max_tokens": 50})
         time.sleep(prefill / 4)
         c2.close()
         t2 = time.time()
         while time.time() - t2 < 30:
             st = c.call({"id": 4, "op": "status"})["result"]
-            if not st["models"][0]["running"] and st["in_flight"] == 0:
+            if not st["models"][0]["running"] and st["in_flight"] == 0 and \
+                    st["models"][0]["sequences"]["running"] == 0:
                 break
             time.sleep(0.01)
         freed = time.time() - t2
@@ -777,6 +779,65 @@ def test_cancel_inside_prefill(model):
             check(freed < prefill / 2, "disconnect took %.2fs of a %.2fs prefill" % (freed, prefill))
         _, final = generate(c, 5, n=3)
         check("result" in final, "serving after cancels: %r" % final)
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def test_concurrent_sequences_match_alone(model):
+    """Eight greedy requests at once over four sequence slots give the texts they give one at a
+    time; status shows the slots and the requests waiting for one."""
+    d = Daemon([("default", model)], extra=["--parallel", "4", "--prefill-chunk", "16"])
+    try:
+        c = Client(d.sock)
+        m = c.call({"id": 1, "op": "models"})["result"]["models"][0]
+        check(m["parallel"] == 4 and m["sequences"] == {"running": 0, "waiting": 0}, "models: %r" % m)
+        prompts = ["request %d: %s" % (i, "tell me more " * (i + 1)) for i in range(8)]
+        alone = []
+        for i, p in enumerate(prompts):
+            _, r = generate(c, 10 + i, prompt=p, n=24, stream=False, temperature=0)
+            alone.append(r["result"]["text"])
+        clients = [Client(d.sock) for _ in prompts]
+        for i, (cl, p) in enumerate(zip(clients, prompts)):
+            cl.send({"id": 100 + i, "op": "generate", "prompt": p, "max_tokens": 24, "stream": True,
+                     "temperature": 0})
+        busy = c.call({"id": 2, "op": "status"})["result"]["models"][0]
+        together = []
+        for i, cl in enumerate(clients):
+            text = ""
+            while True:
+                r = cl.recv()
+                if "chunk" in r:
+                    text += r["chunk"]
+                if "result" in r or "error" in r:
+                    break
+            check("result" in r, "request %d: %r" % (i, r))
+            together.append(text)
+            cl.close()
+        for i in range(8):
+            check(together[i] == alone[i], "request %d batched %r alone %r" % (i, together[i], alone[i]))
+        check(busy["sequences"]["running"] <= 4, "more sequences than slots: %r" % busy)
+        done = c.call({"id": 3, "op": "models"})["result"]["models"][0]
+        check(done["sequences"] == {"running": 0, "waiting": 0}, "after: %r" % done)
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def test_chat_turn_reuses_the_prefix(model):
+    """A chat's second turn resends the history: its KV is reused, only the new text is prefilled."""
+    d = Daemon([("default", model)])
+    try:
+        c = Client(d.sock)
+        turn1 = [{"role": "user", "content": "hello there, how are you today?"}]
+        r1 = c.call({"id": 1, "op": "generate", "messages": turn1, "max_tokens": 12, "temperature": 0,
+                     "stream": False})["result"]
+        check(r1["reused_tokens"] == 0, "first turn: %r" % r1)
+        turn2 = turn1 + [{"role": "assistant", "content": r1["text"]}, {"role": "user", "content": "and then?"}]
+        r2 = c.call({"id": 2, "op": "generate", "messages": turn2, "max_tokens": 12, "temperature": 0,
+                     "stream": False})["result"]
+        check(r2["reused_tokens"] >= r1["prompt_tokens"], "second turn reused %r" % r2)
+        check(r2["reused_tokens"] < r2["prompt_tokens"], "second turn: %r" % r2)
+        m = c.call({"id": 3, "op": "models"})["result"]["models"][0]
+        check(m["prefix_hits"] == 1 and m["reused_tokens"] == r2["reused_tokens"], "models: %r" % m)
     finally:
         check(d.stop() == 0, "tandemd exit status")
 
@@ -875,6 +936,30 @@ def test_client_cli(model):
         r = subprocess.run([ARGS.tandem, "--socket", os.path.join(TMP, "nobody.sock"), "status"],
                            capture_output=True, timeout=60)
         check(r.returncode not in (0, 1), "no daemon must be its own exit code: %r" % (r,))
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def test_loadgen(model):
+    if not ARGS.tandem:
+        print("  (skipped: no --tandem)")
+        return
+    import json
+    d = Daemon([("default", model)])
+    try:
+        env = dict(os.environ, TANDEM_SOCKET=d.sock)
+        r = subprocess.run([ARGS.tandem, "loadgen", "-c", "4", "-r", "8", "-n", "8", "--json"], env=env,
+                           capture_output=True, timeout=120)
+        check(r.returncode == 0, "tandem loadgen: %r" % (r,))
+        j = json.loads(r.stdout)
+        check(j["requests"] == 8 and j["failures"] == 0 and j["clients"] == 4, "loadgen: %r" % j)
+        check(8 <= j["generated_tokens"] <= 64 and j["prompt_tokens"] > 0, "loadgen tokens: %r" % j)
+        check(j["aggregate_decode_tok_s"] > 0 and j["ttft_p50_ms"] <= j["ttft_p99_ms"], "loadgen figures: %r" % j)
+        print("  %.1f tok/s aggregate, TTFT p50 %.1f ms" % (j["aggregate_decode_tok_s"], j["ttft_p50_ms"]))
+        # A request that fails (no such model) makes the exit status that of its error.
+        r = subprocess.run([ARGS.tandem, "loadgen", "-m", "nosuch", "-c", "2", "-r", "3", "-n", "2"], env=env,
+                           capture_output=True, timeout=60)
+        check(r.returncode == 5 and b"failures 3" in r.stdout and b"not_found" in r.stderr, "loadgen fail: %r" % (r,))
     finally:
         check(d.stop() == 0, "tandemd exit status")
 

@@ -28,8 +28,8 @@ std::string write_model(const std::string& arch, const hparams& hp) {
   return path;
 }
 
-// The cache load_engine_model makes (one sequence, the default block size and f16 type, the
-// context capped by the model's), built here on the CPU backend.
+// The cache load_engine_model makes (`parallel` sequences, the default block size and f16 type,
+// the context capped by the model's), built here on the CPU backend.
 uint64_t cache_bytes(const std::string& path, const engine_options& opt) {
   auto m = load_model(path);
   EXPECT_TRUE(m.ok()) << m.message();
@@ -37,6 +37,7 @@ uint64_t cache_bytes(const std::string& path, const engine_options& opt) {
   EXPECT_TRUE(be.ok()) << be.message();
   kv_cache_config c;
   c.n_ctx = std::min(opt.context, m->desc.hp.n_ctx_train);
+  c.n_seq_max = opt.parallel;
   auto cache = (*be)->make_cache(c);
   EXPECT_TRUE(cache.ok()) << cache.message();
   return (*cache)->bytes();
@@ -48,17 +49,22 @@ uint64_t file_size(const std::string& path) {
 }
 
 TEST(engine_model, budget_charge_is_the_file_plus_the_cache_it_allocates) {
-  engine_options opt;
-  for (const auto& [arch, hp] : {std::pair{std::string("qwen3"), test::tiny_model_options::default_hparams()},
-                                 std::pair{std::string("qwen35"), test::tiny_model_options::qwen35_hparams()},
-                                 std::pair{std::string("qwen3moe"), test::tiny_model_options::qwen3moe_hparams()},
-                                 std::pair{std::string("qwen35moe"), test::tiny_model_options::qwen35moe_hparams()}}) {
-    const std::string path = write_model(arch, hp);
-    auto charged = engine_model_bytes(path, opt);
-    ASSERT_TRUE(charged.ok()) << charged.message();
-    // qwen35: K/V for its one attention layer only, plus the DeltaNet state and checkpoint.
-    EXPECT_EQ(*charged, file_size(path) + cache_bytes(path, opt)) << arch;
-    std::remove(path.c_str());
+  const std::pair<std::string, hparams> models[] = {
+      {"qwen3", test::tiny_model_options::default_hparams()},
+      {"qwen35", test::tiny_model_options::qwen35_hparams()},
+      {"qwen3moe", test::tiny_model_options::qwen3moe_hparams()},
+      {"qwen35moe", test::tiny_model_options::qwen35moe_hparams()}};
+  for (unsigned parallel : {1u, 4u}) {
+    engine_options opt;
+    opt.parallel = parallel;
+    for (const auto& [arch, hp] : models) {
+      const std::string path = write_model(arch, hp);
+      auto charged = engine_model_bytes(path, opt);
+      ASSERT_TRUE(charged.ok()) << charged.message();
+      // qwen35: K/V for its one attention layer only, plus the DeltaNet state and checkpoint.
+      EXPECT_EQ(*charged, file_size(path) + cache_bytes(path, opt)) << arch << " parallel " << parallel;
+      std::remove(path.c_str());
+    }
   }
 }
 

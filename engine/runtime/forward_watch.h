@@ -9,7 +9,7 @@
 
 #include "backend/backend.h"
 
-namespace tandem::daemon {
+namespace tandem {
 
 class forward_watch {
  public:
@@ -54,4 +54,4 @@ class watched_backend final : public backend {
   forward_watch& watch_;
 };
 
-}  // namespace tandem::daemon
+}  // namespace tandem

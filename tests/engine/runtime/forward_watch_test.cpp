@@ -1,4 +1,4 @@
-// Engine health for the watchdog: a forward pass stuck past the stall limit makes the model
+// The stall watch (engine health for the watchdog): a forward pass stuck past the stall limit makes the model
 // unhealthy, an idle or briefly busy engine is healthy (a backend that blocks stands in for a
 // wedged GPU).
 #include <gtest/gtest.h>
@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "model/model_desc.h"
-#include "registry/forward_watch.h"
+#include "runtime/forward_watch.h"
 
-namespace tandem::daemon {
+namespace tandem {
 namespace {
 
 using namespace std::chrono_literals;
@@ -77,4 +77,4 @@ TEST(engine_health, zero_limit_never_reports_a_stall) {
 }
 
 }  // namespace
-}  // namespace tandem::daemon
+}  // namespace tandem

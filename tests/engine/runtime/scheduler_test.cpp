@@ -1,0 +1,273 @@
+// The serving scheduler on tiny models (CPU backend): batched greedy generations equal to the
+// same requests run alone, FIFO waiting beyond the slots, cancel and a refusing sink freeing a
+// slot within one step (also during prefill), prefix reuse, refused prompts, a failing pass.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "backend/cpu/cpu_backend.h"
+#include "runtime/scheduler.h"
+#include "tiny_model.h"
+
+namespace tandem {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct engine {
+  std::unique_ptr<test::tiny_model> model;
+  std::unique_ptr<backend> be;
+  std::unique_ptr<kv_cache> cache;
+};
+
+engine make_engine(const std::string& arch, uint32_t n_seq, uint32_t n_ctx = 64) {
+  engine e;
+  test::tiny_model_options opt;
+  opt.arch = arch;
+  if (arch == "qwen35") opt.hp = test::tiny_model_options::qwen35_hparams();
+  if (arch == "qwen3moe") opt.hp = test::tiny_model_options::qwen3moe_hparams();
+  opt.matrix_type = ggml_type::q8_0;
+  auto m = test::make_tiny_model(opt);
+  EXPECT_TRUE(m.ok()) << m.message();
+  e.model = std::move(m.value());
+  e.be = std::move(make_cpu_backend(e.model->desc, {.n_threads = 2}).value());
+  kv_cache_config cfg;
+  cfg.n_ctx = n_ctx;
+  cfg.n_seq_max = n_seq;
+  e.cache = std::move(e.be->make_cache(cfg).value());
+  return e;
+}
+
+std::string text_of(int32_t id) { return "<" + std::to_string(id) + ">"; }
+
+std::vector<int32_t> prompt_of(int i, size_t n) {
+  std::vector<int32_t> p;
+  for (size_t j = 0; j < n; ++j) p.push_back(int32_t((i * 37 + j * 11 + 3) % 90));
+  return p;
+}
+
+session_request greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
+  session_request r;
+  r.prompt = std::move(prompt);
+  r.params.sampling.temperature = 0;
+  r.params.max_tokens = max_tokens;
+  return r;
+}
+
+// Polls until pred holds or two seconds pass.
+template <class F>
+bool eventually(F pred) {
+  for (int i = 0; i < 400; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+// Eight requests over four slots, prompts of different lengths prefilled in small chunks beside
+// the others' decode tokens: each gets exactly the tokens and text it gets alone.
+void check_batched_equals_alone(const std::string& arch) {
+  constexpr int n = 8;
+  std::vector<std::vector<int32_t>> alone(n);
+  {
+    auto e = make_engine(arch, 1);
+    scheduler s(*e.be, *e.cache, text_of, {.step_tokens = 64, .prefix_reuse = false});
+    for (int i = 0; i < n; ++i) {
+      auto r = s.generate(greedy(prompt_of(i, 5 + 3 * i), 10), {});
+      ASSERT_TRUE(r.ok()) << r.message();
+      alone[i] = r->tokens;
+    }
+  }
+  auto e = make_engine(arch, 4);
+  scheduler s(*e.be, *e.cache, text_of, {.step_tokens = 6, .prefix_reuse = false});
+  std::vector<std::promise<result<generate_result>>> done(n);
+  std::vector<std::string> streamed(n);
+  for (int i = 0; i < n; ++i) {
+    auto id = s.submit(
+        greedy(prompt_of(i, 5 + 3 * i), 10),
+        [&streamed, i](std::string_view t) {
+          streamed[i] += t;
+          return true;
+        },
+        [&done, i](result<generate_result> r) { done[i].set_value(std::move(r)); });
+    ASSERT_TRUE(id.ok()) << id.message();
+  }
+  for (int i = 0; i < n; ++i) {
+    auto r = done[i].get_future().get();
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_EQ(r->tokens, alone[i]) << arch << " request " << i;
+    EXPECT_EQ(r->text, streamed[i]);
+    EXPECT_EQ(r->reason, stop_reason::max_tokens);
+    EXPECT_EQ(r->n_prompt, size_t(5 + 3 * i));
+  }
+  const auto c = s.counts();
+  EXPECT_EQ(c.slots, 4u);
+  EXPECT_EQ(c.running, 0u);
+  EXPECT_EQ(c.waiting, 0u);
+  // Batched: far fewer passes than the 8 × (10 decode + prefill chunks) of one at a time.
+  EXPECT_LT(c.steps, 80u);
+}
+
+TEST(scheduler, batched_greedy_equals_alone) { check_batched_equals_alone("qwen3"); }
+TEST(scheduler, batched_greedy_equals_alone_hybrid) { check_batched_equals_alone("qwen35"); }
+TEST(scheduler, batched_greedy_equals_alone_moe) { check_batched_equals_alone("qwen3moe"); }
+
+// Counts passes and the largest batch; can be told to fail.
+class counting_backend final : public backend {
+ public:
+  explicit counting_backend(backend& inner) : inner_(inner) {}
+  std::string_view name() const override { return inner_.name(); }
+  const model_desc& model() const override { return inner_.model(); }
+  result<std::unique_ptr<kv_cache>> make_cache(const kv_cache_config& cfg) override { return inner_.make_cache(cfg); }
+  status forward(const batch& b, kv_cache& cache, std::vector<float>& logits) override {
+    ++forwards;
+    max_batch = std::max(max_batch.load(), b.size());
+    if (fail) return make_error("injected failure");
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms.load()));
+    return inner_.forward(b, cache, logits);
+  }
+  std::atomic<int> forwards{0};
+  std::atomic<size_t> max_batch{0};
+  std::atomic<bool> fail{false};
+  std::atomic<int> delay_ms{0};
+
+ private:
+  backend& inner_;
+};
+
+TEST(scheduler, step_budget_bounds_every_pass) {
+  auto e = make_engine("qwen3", 2);
+  counting_backend be(*e.be);
+  scheduler s(be, *e.cache, text_of, {.step_tokens = 4});
+  auto a = std::async(std::launch::async, [&] { return s.generate(greedy(prompt_of(1, 30), 6), {}); });
+  auto b = std::async(std::launch::async, [&] { return s.generate(greedy(prompt_of(2, 3), 6), {}); });
+  ASSERT_TRUE(a.get().ok());
+  ASSERT_TRUE(b.get().ok());
+  EXPECT_LE(be.max_batch.load(), 4u);
+}
+
+// A cancel during a long prompt's prefill frees its slot within a step, and the request waiting
+// for that slot runs.
+TEST(scheduler, cancel_during_prefill_frees_the_slot) {
+  auto e = make_engine("qwen3", 1);
+  counting_backend be(*e.be);
+  be.delay_ms = 5;
+  scheduler s(be, *e.cache, text_of, {.step_tokens = 2});
+  std::promise<result<generate_result>> first, second;
+  auto id = s.submit(greedy(prompt_of(1, 60), 4), {}, [&](result<generate_result> r) { first.set_value(std::move(r)); });
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(s.submit(greedy(prompt_of(2, 4), 4), {}, [&](result<generate_result> r) { second.set_value(std::move(r)); })
+                  .ok());
+  ASSERT_TRUE(eventually([&] { return be.forwards >= 2; }));
+  EXPECT_EQ(s.counts().waiting, 1u);
+  const int at_cancel = be.forwards;
+  s.cancel(*id);
+  auto r1 = first.get_future().get();
+  ASSERT_TRUE(r1.ok());
+  EXPECT_EQ(r1->reason, stop_reason::cancelled);
+  EXPECT_TRUE(r1->tokens.empty());
+  EXPECT_LE(be.forwards - at_cancel, 1);  // at most the pass already running
+  auto r2 = second.get_future().get();
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(r2->tokens.size(), 4u);
+}
+
+// A sink that answers false (its client gone) ends the request, also before its first token.
+TEST(scheduler, refusing_sink_cancels) {
+  auto e = make_engine("qwen3", 2);
+  scheduler s(*e.be, *e.cache, text_of, {.step_tokens = 2});
+  std::atomic<bool> gone{false};
+  auto r = std::async(std::launch::async, [&] {
+    return s.generate(greedy(prompt_of(3, 40), 8), [&](std::string_view) { return !gone.load(); });
+  });
+  ASSERT_TRUE(eventually([&] { return s.counts().steps >= 2; }));
+  gone = true;
+  auto res = r.get();
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->reason, stop_reason::cancelled);
+  EXPECT_TRUE(eventually([&] { return s.counts().running == 0; }));
+}
+
+// A prompt that starts with a finished request's prompt and answer starts from its cached KV
+// and gives what a fresh run gives.
+TEST(scheduler, prefix_reuse_skips_the_cached_tokens) {
+  auto e = make_engine("qwen3", 2);
+  scheduler s(*e.be, *e.cache, text_of, {.step_tokens = 16});
+  auto p1 = prompt_of(4, 12);
+  auto r1 = s.generate(greedy(p1, 6), {});
+  ASSERT_TRUE(r1.ok()) << r1.message();
+  EXPECT_EQ(r1->n_reused, 0u);
+  auto p2 = p1;
+  p2.insert(p2.end(), r1->tokens.begin(), r1->tokens.end());
+  for (int32_t t : {7, 8, 9}) p2.push_back(t);
+  auto r2 = s.generate(greedy(p2, 6), {});
+  ASSERT_TRUE(r2.ok());
+  // The cache held the prompt and the answer's tokens but the last (sampled, never fed).
+  EXPECT_EQ(r2->n_reused, p1.size() + r1->tokens.size() - 1);
+  EXPECT_EQ(s.counts().prefix_hits, 1u);
+  auto fresh = make_engine("qwen3", 1);
+  scheduler f(*fresh.be, *fresh.cache, text_of, {.prefix_reuse = false});
+  auto r3 = f.generate(greedy(p2, 6), {});
+  ASSERT_TRUE(r3.ok());
+  EXPECT_EQ(r2->tokens, r3->tokens);
+  // The same prompt again: all but its last token come from the cache.
+  auto r4 = s.generate(greedy(p2, 6), {});
+  ASSERT_TRUE(r4.ok());
+  EXPECT_EQ(r4->n_reused, p2.size() - 1);
+  EXPECT_EQ(r4->tokens, r3->tokens);
+}
+
+TEST(scheduler, refuses_bad_prompts_without_calling_back) {
+  auto e = make_engine("qwen3", 1, /*n_ctx=*/16);
+  scheduler s(*e.be, *e.cache, text_of);
+  bool called = false;
+  auto cb = [&](result<generate_result>) { called = true; };
+  EXPECT_FALSE(s.submit(greedy({}, 4), {}, cb).ok());
+  EXPECT_FALSE(s.submit(greedy(prompt_of(1, 17), 4), {}, cb).ok());
+  EXPECT_FALSE(s.submit(greedy({1, 2, int32_t(e.be->n_vocab())}, 4), {}, cb).ok());
+  EXPECT_FALSE(called);
+  auto ok = s.generate(greedy(prompt_of(1, 10), 10), {});
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->reason, stop_reason::context_limit);  // 10 + 6 generated fill the 16 slots
+  EXPECT_EQ(ok->tokens.size(), 7u);
+}
+
+// A failing pass fails the requests it carried with the backend's message; the slots are
+// usable afterwards.
+TEST(scheduler, failed_pass_fails_its_requests) {
+  auto e = make_engine("qwen3", 2);
+  counting_backend be(*e.be);
+  scheduler s(be, *e.cache, text_of);
+  be.fail = true;
+  auto r = s.generate(greedy(prompt_of(1, 8), 4), {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("injected failure"), std::string::npos);
+  be.fail = false;
+  auto ok = s.generate(greedy(prompt_of(1, 8), 4), {});
+  ASSERT_TRUE(ok.ok()) << ok.message();
+  EXPECT_EQ(ok->tokens.size(), 4u);
+}
+
+// Destroying the scheduler ends what is running or waiting as cancelled.
+TEST(scheduler, shutdown_cancels_what_is_left) {
+  auto e = make_engine("qwen3", 1);
+  counting_backend be(*e.be);
+  be.delay_ms = 5;
+  std::promise<result<generate_result>> a, b;
+  {
+    scheduler s(be, *e.cache, text_of);
+    ASSERT_TRUE(s.submit(greedy(prompt_of(1, 8), 1000), {}, [&](result<generate_result> r) { a.set_value(std::move(r)); }).ok());
+    ASSERT_TRUE(s.submit(greedy(prompt_of(2, 8), 4), {}, [&](result<generate_result> r) { b.set_value(std::move(r)); }).ok());
+    ASSERT_TRUE(eventually([&] { return be.forwards >= 3; }));
+  }
+  auto ra = a.get_future().get(), rb = b.get_future().get();
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_EQ(ra->reason, stop_reason::cancelled);
+  EXPECT_EQ(rb->reason, stop_reason::cancelled);
+}
+
+}  // namespace
+}  // namespace tandem
