@@ -49,7 +49,7 @@ void show_ps(const json& r) {
   for (const auto& m : models) any_state = any_state || u64(m, "state_bytes") > 0;
   std::vector<std::string> head = {"NAME", "STATE", "ARCH", "BACKEND", "DEVICE", "FILE", "CACHE"};
   if (any_state) head.push_back("RECURRENT");
-  for (const char* h : {"CONTEXT", "QUEUED", "RUNNING", "KEEP-ALIVE"}) head.push_back(h);
+  for (const char* h : {"CONTEXT", "QUEUED", "SEQUENCES", "KEEP-ALIVE"}) head.push_back(h);
   std::vector<std::vector<std::string>> rows = {head};
   for (const auto& m : models) {
     if (!m.is_object() || m.value("state", "") == "unloaded") continue;
@@ -59,7 +59,11 @@ void show_ps(const json& r) {
                                     resident ? human_bytes(u64(m, "file_bytes")) : "-",
                                     resident ? human_bytes(u64(m, "cache_bytes")) : "-"};
     if (any_state) row.push_back(resident && u64(m, "state_bytes") ? human_bytes(u64(m, "state_bytes")) : "-");
-    for (const std::string& c : {cell(m, "n_ctx"), cell(m, "queued"), cell(m, "running"), keep_alive_text(m)})
+    // Sequences decoding or prefilling out of the model's slots ("2/4").
+    const std::string seqs = resident && m.contains("sequences") && m["sequences"].is_object()
+                                 ? cell(m["sequences"], "running") + "/" + cell(m, "parallel")
+                                 : "-";
+    for (const std::string& c : {cell(m, "n_ctx"), cell(m, "queued"), seqs, keep_alive_text(m)})
       row.push_back(c);
     rows.push_back(std::move(row));
   }

@@ -90,10 +90,13 @@ outcome<generation> stream_generation(daemon_client& c, nlohmann::json request, 
 
 std::string describe_stats(const nlohmann::json& r) {
   auto num = [&](const char* k) { return r.contains(k) && r[k].is_number() ? r[k].get<double>() : 0.0; };
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%.0f tokens in %.2fs (%.1f tok/s), prompt %.0f tokens (%.1f tok/s), finish: %s",
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "%.0f tokens in %.2fs (%.1f tok/s), prompt %.0f tokens (%.0f reused, %.1f tok/s), "
+                "first token after %.3fs, finish: %s",
                 num("generated_tokens"), num("prefill_seconds") + num("decode_seconds"), num("decode_tok_s"),
-                num("prompt_tokens"), num("prefill_tok_s"), cell(r, "finish_reason").c_str());
+                num("prompt_tokens"), num("reused_tokens"), num("prefill_tok_s"), num("first_token_seconds"),
+                cell(r, "finish_reason").c_str());
   return buf;
 }
 

@@ -35,7 +35,7 @@ void run_perplexity(const perplexity_options& o) {
   auto tok = tokenizer::from_gguf(inst->file());
   if (!tok) fail(tok.message());
   // As llama.cpp: the whole text is tokenized once, with BOS when the model adds one.
-  auto ids = tok->encode(text, {.parse_special = false, .add_bos = tok->wants_bos()});
+  auto ids = tok->encode(text, {.parse_special = false, .add_bos = tok->wants_bos(), .plain = {}});
   if (!ids) fail(ids.message());
   perplexity_params p;
   p.n_ctx = o.ctx;

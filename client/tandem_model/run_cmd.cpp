@@ -33,7 +33,7 @@ struct run_options {
 std::vector<int32_t> prompt_ids(const run_options& o, const tokenizer& tok,
                                 std::vector<int32_t>& stops) {
   if (!o.chat) {
-    auto ids = tok.encode(o.prompt, {.parse_special = false, .add_bos = tok.wants_bos()});
+    auto ids = tok.encode(o.prompt, {.parse_special = false, .add_bos = tok.wants_bos(), .plain = {}});
     if (!ids) fail(ids.message());
     if (tok.vocab().eos_id >= 0) stops.push_back(tok.vocab().eos_id);
     return *ids;

@@ -117,7 +117,7 @@ void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
                  "Sequences per model decoded together; the KV cache holds context tokens for each")
       ->check(CLI::Range(1u, 256u))->capture_default_str();
   app.add_option("--prefill-chunk", c.prefill_chunk,
-                 "Tokens per forward pass: each running sequence's next token, prompt chunks in the rest; "
+                 "Prompt tokens per forward pass, beside one decode token per running sequence; "
                  "a cancel takes effect between passes")
       ->check(CLI::Range(1u, 65536u))->capture_default_str();
   app.add_option("--stall-timeout", c.stall_timeout,

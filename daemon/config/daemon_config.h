@@ -34,8 +34,8 @@ struct daemon_config {
   std::vector<model_spec> models;          // preloaded; the first is the default alias
   double keep_alive = 0;                   // seconds idle before unload; 0: never
   std::uint64_t memory_budget = 0;         // bytes of all resident models; 0: unlimited
-  // Tokens per forward pass: each running sequence's next token, prompt chunks in the rest, so a
-  // long prompt delays the others' next token by at most one pass; cancel is checked between.
+  // Prompt tokens per forward pass, beside one decode token per running sequence: a long prompt
+  // delays the others' next token by at most one chunk; cancel is checked between passes.
   std::uint32_t prefill_chunk = 256;
   std::uint32_t parallel = 4;              // sequences per model decoded together (KV: context each)
   double stall_timeout = 300;              // seconds in one forward pass before the engine is unhealthy; 0: never

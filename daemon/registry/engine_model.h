@@ -17,8 +17,8 @@ struct engine_options {
   std::uint32_t context = 4096;     // KV cache tokens per sequence (capped by the model's own)
   unsigned parallel = 4;            // sequences per model decoded together (KV pool: context × parallel)
   std::string chat_format;          // empty: from the model's template
-  // Tokens per forward pass: every running sequence's decode token, prompt chunks in the rest;
-  // cancel is checked between passes.
+  // Prompt tokens per forward pass (beside one decode token per running sequence); cancel is
+  // checked between passes.
   std::uint32_t prefill_chunk = 256;
   double stall_timeout_s = 300;     // a forward pass longer than this makes the model unhealthy; 0: never
   // Per alias: its own devices / ratios / split instead of gpus / ratios / split above (an

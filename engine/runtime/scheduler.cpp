@@ -36,7 +36,7 @@ struct scheduler::slot {
 
 scheduler::scheduler(backend& be, kv_cache& cache, token_text_fn token_text, scheduler_options opt)
     : be_(be), cache_(cache), token_text_(std::move(token_text)), opt_(opt), slots_(cache.config().n_seq_max) {
-  opt_.step_tokens = std::max<uint32_t>(opt_.step_tokens, uint32_t(slots_.size()));
+  opt_.chunk_tokens = std::max<uint32_t>(opt_.chunk_tokens, 1);
   counts_.slots = uint32_t(slots_.size());
   thread_ = std::thread([this] { run(); });
 }
@@ -271,13 +271,17 @@ bool scheduler::step() {
     b.add(s.next, int32_t(i), int32_t(cache_.length(int32_t(i))), true);
     rows.push_back(&s);
   }
-  size_t budget = opt_.step_tokens > b.size() ? opt_.step_tokens - b.size() : 0;
+  // Prompt pieces end at multiples of the chunk, so the first prefilling slot always fits and a
+  // piece that does not fit waits for the next pass rather than being cut elsewhere.
+  const size_t chunk = opt_.chunk_tokens;
+  size_t budget = chunk;
   std::vector<std::pair<slot*, size_t>> fed;  // prefill tokens each slot got this step
   for (size_t i = 0; i < slots_.size() && budget > 0; ++i) {
     slot& s = slots_[i];
     if (!s.req || s.decoding()) continue;
     const auto& p = s.req->in.prompt;
-    const size_t n = std::min(budget, p.size() - s.n_fed);
+    const size_t n = std::min(p.size(), (s.n_fed / chunk + 1) * chunk) - s.n_fed;
+    if (n > budget) break;
     for (size_t j = s.n_fed; j < s.n_fed + n; ++j) b.add(p[j], int32_t(i), int32_t(j), j + 1 == p.size());
     if (s.n_fed + n == p.size()) rows.push_back(&s);
     fed.emplace_back(&s, n);

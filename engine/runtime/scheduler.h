@@ -1,7 +1,8 @@
 // The serving scheduler: continuous batching over a model's sequence slots. Every step is one
 // forward pass over all running sequences — a decode token for each sequence past its prompt plus
-// prefill chunks of prompts still being read, within a per-step token budget — so a long prompt
-// delays the others' next token by at most one chunk. Requests beyond the slots wait in FIFO
+// at most one chunk's worth of prompt tokens of those still being read — so a long prompt delays
+// the others' next token by at most one chunk. A prompt is cut at the same positions (multiples
+// of the chunk) whatever shares its passes, so its numbers do not depend on the company it keeps. Requests beyond the slots wait in FIFO
 // order; a finished sequence's KV stays in its slot, and a later prompt sharing its prefix starts
 // there (prefix reuse).
 #pragma once
@@ -22,9 +23,8 @@
 namespace tandem {
 
 struct scheduler_options {
-  // Tokens in one forward pass: decode tokens first, prompt chunks fill the rest. At least the
-  // number of slots, so that every running sequence decodes each step.
-  uint32_t step_tokens = 512;
+  // Prompt tokens in one forward pass, besides one decode token per running sequence.
+  uint32_t chunk_tokens = 512;
   bool prefix_reuse = true;  // start a prompt from a free slot's cached prefix
 };
 

@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
@@ -145,6 +146,7 @@ status cuda_backend::prepare(const batch& b, const kv_cache& book) {
   // Everything the step touches is allocated before it is enqueued, so a capture never allocates.
   TANDEM_TRY(ensure_scratch(plan_.n_tok));
   const size_t int_bytes = plan_.ints.size() * sizeof(int32_t);
+  const size_t before[] = {ints_host_.size(), ints_.size(), xo_.size(), logits_.size(), ids_.size(), attn_work_.size()};
   TANDEM_TRY(ints_host_.ensure(int_bytes));
   TANDEM_TRY(ints_.ensure(int_bytes));
   // Only the device with the output head holds logits (as the memory plan counts them).
@@ -166,6 +168,11 @@ status cuda_backend::prepare(const batch& b, const kv_cache& book) {
     TANDEM_TRY(attn_work_.alloc(attn_bytes));
     TANDEM_CUDA_TRY(cudaMemsetAsync(attn_work_.get(), 0, attn_bytes, ctx_->stream()));
   }
+  // A buffer that grew may come back at its old address, which would match an older graph's key;
+  // but a graph's copy nodes hold the allocation they were captured with (replaying one after its
+  // pinned source was freed crashed inside cudaGraphLaunch), so graphs go when a buffer grows.
+  const size_t after[] = {ints_host_.size(), ints_.size(), xo_.size(), logits_.size(), ids_.size(), attn_work_.size()};
+  if (!std::equal(std::begin(before), std::end(before), std::begin(after))) graphs_.clear();
   return {};
 }
 

@@ -4,116 +4,32 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
-#include <future>
-#include <thread>
 
-#include "backend/cpu/cpu_backend.h"
-#include "runtime/scheduler.h"
-#include "tiny_model.h"
+#include "scheduler_test_util.h"
 
 namespace tandem {
 namespace {
 
 using namespace std::chrono_literals;
+using namespace test;
 
-struct engine {
-  std::unique_ptr<test::tiny_model> model;
-  std::unique_ptr<backend> be;
-  std::unique_ptr<kv_cache> cache;
-};
+TEST(scheduler, batched_greedy_equals_alone) { check_batched_equals_alone("qwen3", false); }
+TEST(scheduler, batched_greedy_equals_alone_hybrid) { check_batched_equals_alone("qwen35", false); }
+TEST(scheduler, batched_greedy_equals_alone_moe) { check_batched_equals_alone("qwen3moe", false); }
 
-engine make_engine(const std::string& arch, uint32_t n_seq, uint32_t n_ctx = 64) {
-  engine e;
-  test::tiny_model_options opt;
-  opt.arch = arch;
-  if (arch == "qwen35") opt.hp = test::tiny_model_options::qwen35_hparams();
-  if (arch == "qwen3moe") opt.hp = test::tiny_model_options::qwen3moe_hparams();
-  opt.matrix_type = ggml_type::q8_0;
-  auto m = test::make_tiny_model(opt);
-  EXPECT_TRUE(m.ok()) << m.message();
-  e.model = std::move(m.value());
-  e.be = std::move(make_cpu_backend(e.model->desc, {.n_threads = 2}).value());
-  kv_cache_config cfg;
-  cfg.n_ctx = n_ctx;
-  cfg.n_seq_max = n_seq;
-  e.cache = std::move(e.be->make_cache(cfg).value());
-  return e;
-}
-
-std::string text_of(int32_t id) { return "<" + std::to_string(id) + ">"; }
-
-std::vector<int32_t> prompt_of(int i, size_t n) {
-  std::vector<int32_t> p;
-  for (size_t j = 0; j < n; ++j) p.push_back(int32_t((i * 37 + j * 11 + 3) % 90));
-  return p;
-}
-
-session_request greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
-  session_request r;
-  r.prompt = std::move(prompt);
-  r.params.sampling.temperature = 0;
-  r.params.max_tokens = max_tokens;
-  return r;
-}
-
-// Polls until pred holds or two seconds pass.
-template <class F>
-bool eventually(F pred) {
-  for (int i = 0; i < 400; ++i) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
+// Twelve requests over four slots with long prompt chunks beside decode tokens: all complete.
+TEST(scheduler, mixed_prefill_and_decode_passes) {
+  auto e = make_engine("qwen3", 4, 256);
+  scheduler s(*e.be, *e.cache, text_of, {.chunk_tokens = 64});
+  std::vector<std::future<result<generate_result>>> runs;
+  for (int i = 0; i < 12; ++i)
+    runs.push_back(std::async(std::launch::async, [&s, i] { return s.generate(greedy(prompt_of(i, 20 + 9 * i), 16), {}); }));
+  for (auto& r : runs) {
+    auto res = r.get();
+    ASSERT_TRUE(res.ok()) << res.message();
+    EXPECT_EQ(res->tokens.size(), 16u);
   }
-  return pred();
 }
-
-// Eight requests over four slots, prompts of different lengths prefilled in small chunks beside
-// the others' decode tokens: each gets exactly the tokens and text it gets alone.
-void check_batched_equals_alone(const std::string& arch) {
-  constexpr int n = 8;
-  std::vector<std::vector<int32_t>> alone(n);
-  {
-    auto e = make_engine(arch, 1);
-    scheduler s(*e.be, *e.cache, text_of, {.step_tokens = 64, .prefix_reuse = false});
-    for (int i = 0; i < n; ++i) {
-      auto r = s.generate(greedy(prompt_of(i, 5 + 3 * i), 10), {});
-      ASSERT_TRUE(r.ok()) << r.message();
-      alone[i] = r->tokens;
-    }
-  }
-  auto e = make_engine(arch, 4);
-  scheduler s(*e.be, *e.cache, text_of, {.step_tokens = 6, .prefix_reuse = false});
-  std::vector<std::promise<result<generate_result>>> done(n);
-  std::vector<std::string> streamed(n);
-  for (int i = 0; i < n; ++i) {
-    auto id = s.submit(
-        greedy(prompt_of(i, 5 + 3 * i), 10),
-        [&streamed, i](std::string_view t) {
-          streamed[i] += t;
-          return true;
-        },
-        [&done, i](result<generate_result> r) { done[i].set_value(std::move(r)); });
-    ASSERT_TRUE(id.ok()) << id.message();
-  }
-  for (int i = 0; i < n; ++i) {
-    auto r = done[i].get_future().get();
-    ASSERT_TRUE(r.ok()) << r.message();
-    EXPECT_EQ(r->tokens, alone[i]) << arch << " request " << i;
-    EXPECT_EQ(r->text, streamed[i]);
-    EXPECT_EQ(r->reason, stop_reason::max_tokens);
-    EXPECT_EQ(r->n_prompt, size_t(5 + 3 * i));
-  }
-  const auto c = s.counts();
-  EXPECT_EQ(c.slots, 4u);
-  EXPECT_EQ(c.running, 0u);
-  EXPECT_EQ(c.waiting, 0u);
-  // Batched: far fewer passes than the 8 × (10 decode + prefill chunks) of one at a time.
-  EXPECT_LT(c.steps, 80u);
-}
-
-TEST(scheduler, batched_greedy_equals_alone) { check_batched_equals_alone("qwen3"); }
-TEST(scheduler, batched_greedy_equals_alone_hybrid) { check_batched_equals_alone("qwen35"); }
-TEST(scheduler, batched_greedy_equals_alone_moe) { check_batched_equals_alone("qwen3moe"); }
 
 // Counts passes and the largest batch; can be told to fail.
 class counting_backend final : public backend {
@@ -141,12 +57,12 @@ class counting_backend final : public backend {
 TEST(scheduler, step_budget_bounds_every_pass) {
   auto e = make_engine("qwen3", 2);
   counting_backend be(*e.be);
-  scheduler s(be, *e.cache, text_of, {.step_tokens = 4});
+  scheduler s(be, *e.cache, text_of, {.chunk_tokens = 4});
   auto a = std::async(std::launch::async, [&] { return s.generate(greedy(prompt_of(1, 30), 6), {}); });
   auto b = std::async(std::launch::async, [&] { return s.generate(greedy(prompt_of(2, 3), 6), {}); });
   ASSERT_TRUE(a.get().ok());
   ASSERT_TRUE(b.get().ok());
-  EXPECT_LE(be.max_batch.load(), 4u);
+  EXPECT_LE(be.max_batch.load(), 4u + 2u);  // a chunk of prompt plus one token per slot
 }
 
 // A cancel during a long prompt's prefill frees its slot within a step, and the request waiting
@@ -155,7 +71,7 @@ TEST(scheduler, cancel_during_prefill_frees_the_slot) {
   auto e = make_engine("qwen3", 1);
   counting_backend be(*e.be);
   be.delay_ms = 5;
-  scheduler s(be, *e.cache, text_of, {.step_tokens = 2});
+  scheduler s(be, *e.cache, text_of, {.chunk_tokens = 2});
   std::promise<result<generate_result>> first, second;
   auto id = s.submit(greedy(prompt_of(1, 60), 4), {}, [&](result<generate_result> r) { first.set_value(std::move(r)); });
   ASSERT_TRUE(id.ok());
@@ -178,7 +94,7 @@ TEST(scheduler, cancel_during_prefill_frees_the_slot) {
 // A sink that answers false (its client gone) ends the request, also before its first token.
 TEST(scheduler, refusing_sink_cancels) {
   auto e = make_engine("qwen3", 2);
-  scheduler s(*e.be, *e.cache, text_of, {.step_tokens = 2});
+  scheduler s(*e.be, *e.cache, text_of, {.chunk_tokens = 2});
   std::atomic<bool> gone{false};
   auto r = std::async(std::launch::async, [&] {
     return s.generate(greedy(prompt_of(3, 40), 8), [&](std::string_view) { return !gone.load(); });
@@ -195,7 +111,7 @@ TEST(scheduler, refusing_sink_cancels) {
 // and gives what a fresh run gives.
 TEST(scheduler, prefix_reuse_skips_the_cached_tokens) {
   auto e = make_engine("qwen3", 2);
-  scheduler s(*e.be, *e.cache, text_of, {.step_tokens = 16});
+  scheduler s(*e.be, *e.cache, text_of, {.chunk_tokens = 16});
   auto p1 = prompt_of(4, 12);
   auto r1 = s.generate(greedy(p1, 6), {});
   ASSERT_TRUE(r1.ok()) << r1.message();

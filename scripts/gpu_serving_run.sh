@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# On the GPU machine, in one call: build for sm_90, the scheduler's gpu tests, then tandemd serving
+# a random Qwen3-8B-shaped model on GPU 0 and `tandem loadgen` at 1, 4, 16 and 64 clients
+# (issue 23's figures). Env: STEPS (default "build test bench"), PRESET (qwen3-8b), TYPE (Q4_K_M),
+# PARALLEL (64), CONTEXT (tokens per sequence, 1024), CLIENTS ("1 4 16 64"), TOKENS (128),
+# BUILD_DIR (build-gpu).
+# Usage (repo root, .devdeps/ alongside): bash scripts/gpu_serving_run.sh
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+build=${BUILD_DIR:-build-gpu} steps=${STEPS:-build test bench}
+has() { [[ " $steps " == *" $1 "* ]]; }
+if has build; then STEPS=build BUILD_DIR=$build bash scripts/gpu_long_run.sh || exit 1; fi
+if [[ -d .devdeps ]]; then
+  export LD_LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+fi
+tm=$build/client/tandem_model/tandem-model td=$build/daemon/tandemd tc=$build/client/tandem/tandem
+if has test; then
+  "$build/tests/engine/runtime/runtime_scheduler_cuda_test" >/tmp/scheduler-cuda.log 2>&1; echo "scheduler cuda test: exit $?"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|request" /tmp/scheduler-cuda.log | head -20
+fi
+has bench || exit 0
+m=/tmp/serve-${TYPE:-Q4_K_M}.gguf sock=/tmp/tandem-serve.sock
+"$tm" make --preset "${PRESET:-qwen3-8b}" --type "${TYPE:-Q4_K_M}" --row-pool 256 -o "$m" -q || exit 1
+echo "== tandemd on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%FT%TZ)"
+"$td" --socket "$sock" --config /dev/null --gpu 0 --parallel "${PARALLEL:-64}" --context "${CONTEXT:-1024}" \
+  --prefill-chunk 512 --queue-depth 1024 --max-connections-per-user 1024 --model "m=$m" >/tmp/tandemd-serve.log 2>&1 &
+pid=$!
+for _ in $(seq 600); do "$tc" --socket "$sock" --json models 2>/dev/null | grep -q '"resident"' && break; sleep 0.2; done
+for c in ${CLIENTS:-1 4 16 64}; do
+  r=$((c < 8 ? 8 : 2 * c))
+  echo "# clients $c requests $r"
+  "$tc" --socket "$sock" --json loadgen -c "$c" -r "$r" -n "${TOKENS:-128}" --raw
+done
+kill "$pid"; wait "$pid"
+tail -3 /tmp/tandemd-serve.log
+rm -f "$m"
