@@ -48,6 +48,7 @@ status cuda_backend::init(const cuda_backend_options& opt) {
   head_int8_ = head && std::string_view(head) == "1";
   const char* head_float = std::getenv("TANDEM_CUDA_HEAD_FLOAT");
   head_float_ = head_float && std::string_view(head_float) == "1";
+  if (const char* g = std::getenv("TANDEM_MATVEC_GROUP_MAX")) matvec_group_max_ = std::max(0, std::atoi(g));
   TANDEM_TRY(upload_weights(desc_, *ctx_, opt.staging_bytes, range_, w_, stats_));
   TANDEM_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   bytes_per_token_ = range_.head ? desc_.output->n_bytes : 0;
@@ -177,8 +178,9 @@ status cuda_backend::prepare(const batch& b, const kv_cache& book) {
 }
 
 status cuda_backend::launch_step(cuda_kv_cache& cache, bool argmax) {
-  // Decode-sized steps without prefill runs (flash attention) are the repeated ones worth a graph.
-  if (use_graphs_ && plan_.n_tok <= k_matvec_max_tokens && plan_.runs.empty())
+  // Decode-sized steps without prefill runs (flash attention) are the repeated ones worth a graph:
+  // one sequence's, or a batch of sequences' next tokens (the mat-vec path's sizes).
+  if (use_graphs_ && plan_.n_tok <= std::max(k_matvec_max_tokens, matvec_group_max_) && plan_.runs.empty())
     return graphs_.run(step_key(cache, argmax), ctx_->stream(), [&] { return enqueue(cache, argmax); });
   return enqueue(cache, argmax);
 }
@@ -250,28 +252,47 @@ status cuda_backend::ensure_scratch(int n) {
 }
 
 // Decode-sized heads do not read the plain int8 copy of x: its 1-4% error on activations with
-// outliers flips near-tie argmaxes (seen on SmolLM2). Up to 4 tokens read it with its residual's
+// outliers flips near-tie argmaxes (seen on SmolLM2). Groups of 4 tokens read it with its residual's
 // copy (launch_matvec_fine_x: about 1e-4 of sum |w x|, faster than floats) where the workspace
 // holds both; else x as floats. TANDEM_CUDA_HEAD_INT8=1 restores the plain int8 path
 // and TANDEM_CUDA_HEAD_FLOAT=1 the float path (to measure what each costs).
 status cuda_backend::output_head(const float* x, int n_tok, float* y) {
   const device_matrix& w = w_.output;
-  if (head_int8_ || n_tok > k_matvec_max_tokens || !gpu_can_matvec(w.type) || w.n_in % 32 != 0)
+  if (head_int8_ || n_tok > std::max(k_matvec_max_tokens, matvec_group_max_) || !gpu_can_matvec(w.type) ||
+      w.n_in % 32 != 0)
     return matmul(w, x, n_tok, y);
   const cudaStream_t s = ctx_->stream();
-  if (!head_float_ && 2 * n_tok <= k_matvec_max_tokens &&
-      matvec_work_bytes(w.n_in, 2 * n_tok) <= matvec_work_.size()) {
-    TANDEM_CUDA_TRY(launch_matvec_fine_x(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, matvec_work_.get(), s));
+  const int fine = k_matvec_max_tokens / 2;
+  const bool use_fine = !head_float_ && matvec_work_bytes(w.n_in, 2 * fine) <= matvec_work_.size();
+  if (n_tok <= k_matvec_max_tokens) {
+    if (use_fine && n_tok <= fine)
+      TANDEM_CUDA_TRY(launch_matvec_fine_x(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, matvec_work_.get(), s));
+    else
+      TANDEM_CUDA_TRY(launch_matvec_float_x(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, s));
     return {};
   }
-  TANDEM_CUDA_TRY(launch_matvec_float_x(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, s));
+  // Batched decode past one launch's tokens (TANDEM_MATVEC_GROUP_MAX): groups of the finer kind.
+  const int group = use_fine ? fine : k_matvec_max_tokens;
+  for (int t0 = 0; t0 < n_tok; t0 += group) {
+    const int n = std::min(group, n_tok - t0);
+    const float* xg = x + int64_t(t0) * w.n_in;
+    float* yg = y + int64_t(t0) * w.n_out;
+    TANDEM_CUDA_TRY(use_fine ? launch_matvec_fine_x(w.type, w.data, w.n_in, w.n_out, xg, n, yg, matvec_work_.get(), s)
+                             : launch_matvec_float_x(w.type, w.data, w.n_in, w.n_out, xg, n, yg, s));
+  }
   return {};
 }
 
 status cuda_backend::matmul(const device_matrix& w, const float* x, int n_tok, float* y) {
   const cudaStream_t s = ctx_->stream();
-  if (n_tok <= k_matvec_max_tokens && gpu_can_matvec(w.type) && w.n_in % 32 == 0) {
-    TANDEM_CUDA_TRY(launch_matvec(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, matvec_work_.get(), s));
+  // Batched decode (many sequences' next tokens, a few prompt tokens): mat-vecs of up to 8 tokens
+  // each read the weights once, where the GEMM path writes and reads a whole fp16 copy of them.
+  if (n_tok <= std::max(k_matvec_max_tokens, matvec_group_max_) && gpu_can_matvec(w.type) && w.n_in % 32 == 0) {
+    for (int t0 = 0; t0 < n_tok; t0 += k_matvec_max_tokens) {
+      const int n = std::min(k_matvec_max_tokens, n_tok - t0);
+      TANDEM_CUDA_TRY(launch_matvec(w.type, w.data, w.n_in, w.n_out, x + int64_t(t0) * w.n_in, n,
+                                    y + int64_t(t0) * w.n_out, matvec_work_.get(), s));
+    }
     return {};
   }
   // GEMM path: fp16 activations and weight tiles, fp32 accumulation, y[t][o] row-major.

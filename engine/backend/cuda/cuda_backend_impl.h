@@ -143,6 +143,10 @@ class cuda_backend final : public cuda_stage {
   bool use_graphs_ = true;
   bool head_int8_ = false;   // TANDEM_CUDA_HEAD_INT8=1: the head reads the int8 copy of x
   bool head_float_ = false;  // TANDEM_CUDA_HEAD_FLOAT=1: the head reads x as floats
+  // Batched decode: up to this many tokens go through mat-vecs of 8 tokens each (reading the
+  // weights once per 8) instead of the fp16 GEMM path, and run as CUDA graphs. Off (8) until it
+  // is measured on a GPU; TANDEM_MATVEC_GROUP_MAX=32 turns it on.
+  int matvec_group_max_ = 8;  // kernels/matvec.h k_matvec_max_tokens
   cuda_step_profile* profile_ = nullptr;  // bench --profile: times per launch group
   status mark(const char* label) { return profile_ ? profile_->mark(label, ctx_->stream()) : status{}; }
   weight_range range_;

@@ -38,7 +38,9 @@ class cuda_graph_cache {
  private:
   status capture(const graph_key& key, cudaStream_t stream, const std::function<status()>& enqueue);
 
-  static constexpr size_t k_max_graphs = 32;  // keys change every few hundred tokens at most
+  // Keys change every few hundred tokens at most for one sequence; a batch of sequences adds
+  // one key per batch size and count of sequences in use.
+  static constexpr size_t k_max_graphs = 64;
   std::map<graph_key, cudaGraphExec_t> execs_;
   std::set<graph_key> seen_, refused_;
   uint64_t replays_ = 0;

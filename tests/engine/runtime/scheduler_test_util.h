@@ -79,11 +79,12 @@ bool eventually(F pred) {
 
 // Eight requests over four slots, prompts of different lengths prefilled in small chunks beside
 // the others' decode tokens: each gets exactly the tokens and text it gets alone.
-// Alone and batched, prompts are cut at the same chunk boundaries; batched, up to four decode
+// Alone and batched, prompts are cut at the same chunk boundaries; batched, up to `slots` decode
 // tokens share each pass with a chunk of others' prompts.
-inline void check_batched_equals_alone(const std::string& arch, bool gpu, uint32_t chunk = 4) {
+inline void check_batched_equals_alone(const std::string& arch, bool gpu, uint32_t chunk = 4, uint32_t slots = 4) {
   constexpr int n = 8;
   std::vector<std::vector<int32_t>> alone(n);
+  uint64_t alone_steps = 0;
   {
     auto e = make_engine(arch, 1, 64, gpu);
     scheduler s(*e.be, *e.cache, text_of, {.chunk_tokens = chunk, .prefix_reuse = false});
@@ -92,8 +93,9 @@ inline void check_batched_equals_alone(const std::string& arch, bool gpu, uint32
       ASSERT_TRUE(r.ok()) << r.message();
       alone[i] = r->tokens;
     }
+    alone_steps = s.counts().steps;
   }
-  auto e = make_engine(arch, 4, 64, gpu);
+  auto e = make_engine(arch, slots, 64, gpu);
   scheduler s(*e.be, *e.cache, text_of, {.chunk_tokens = chunk, .prefix_reuse = false});
   std::vector<std::promise<result<generate_result>>> done(n);
   std::vector<std::string> streamed(n);
@@ -116,11 +118,11 @@ inline void check_batched_equals_alone(const std::string& arch, bool gpu, uint32
     EXPECT_EQ(r->n_prompt, size_t(5 + 3 * i));
   }
   const auto c = s.counts();
-  EXPECT_EQ(c.slots, 4u);
+  EXPECT_EQ(c.slots, slots);
   EXPECT_EQ(c.running, 0u);
   EXPECT_EQ(c.waiting, 0u);
-  // Batched: far fewer passes than the 8 × (10 decode + prefill chunks) of one at a time.
-  EXPECT_LT(c.steps, 80u);
+  // Batched: fewer passes than one at a time (decode tokens share them).
+  EXPECT_LT(c.steps, alone_steps);
 }
 
 }  // namespace tandem::test
