@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   eo.threads = cfg.threads;
   eo.context = cfg.context;
   eo.parallel = cfg.parallel;
+  eo.kv_tokens = cfg.kv_tokens;
   eo.chat_format = cfg.chat_format;
   eo.prefill_chunk = cfg.prefill_chunk;
   eo.stall_timeout_s = cfg.stall_timeout;

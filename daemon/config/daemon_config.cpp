@@ -116,6 +116,10 @@ void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
   app.add_option("--parallel", c.parallel,
                  "Sequences per model decoded together; the KV cache holds context tokens for each")
       ->check(CLI::Range(1u, 256u))->capture_default_str();
+  app.add_option("--kv-tokens", c.kv_tokens,
+                 "KV cache tokens per model shared by its sequences (0: context x parallel, so each can "
+                 "reach its context); a sequence that finds the pool full ends with an error")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 31))->capture_default_str();
   app.add_option("--prefill-chunk", c.prefill_chunk,
                  "Prompt tokens per forward pass, beside one decode token per running sequence; "
                  "a cancel takes effect between passes")

@@ -38,6 +38,7 @@ struct daemon_config {
   // delays the others' next token by at most one chunk; cancel is checked between passes.
   std::uint32_t prefill_chunk = 256;
   std::uint32_t parallel = 4;              // sequences per model decoded together (KV: context each)
+  std::uint64_t kv_tokens = 0;             // KV pool tokens per model shared by its sequences; 0: context × parallel
   double stall_timeout = 300;              // seconds in one forward pass before the engine is unhealthy; 0: never
   std::uint32_t queue_depth = 16;
   std::uint32_t max_frame = 16u << 20;

@@ -166,6 +166,7 @@ session_options session_options_of(const engine_options& opt) {
   so.instance.n_threads = opt.threads;
   so.instance.cache.n_ctx = opt.context;
   so.parallel = std::max(1u, opt.parallel);
+  so.kv_tokens = opt.kv_tokens;
   so.schedule.chunk_tokens = opt.prefill_chunk;
   so.chat_format = opt.chat_format;
   so.stall_timeout_s = opt.stall_timeout_s;

@@ -15,7 +15,8 @@ struct engine_options {
   std::string split;                // with gpus: layer (default) or tensor
   unsigned threads = 0;             // CPU backend threads; 0: all cores
   std::uint32_t context = 4096;     // KV cache tokens per sequence (capped by the model's own)
-  unsigned parallel = 4;            // sequences per model decoded together (KV pool: context × parallel)
+  unsigned parallel = 4;            // sequences per model decoded together
+  std::uint64_t kv_tokens = 0;      // KV pool token slots shared by them; 0: context × parallel
   std::string chat_format;          // empty: from the model's template
   // Prompt tokens per forward pass (beside one decode token per running sequence); cancel is
   // checked between passes.

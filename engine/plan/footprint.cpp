@@ -360,7 +360,9 @@ result<device_usage> device_footprint(const model_desc& desc, const plan_options
   // KV cache: cuda_kv_cache allocates K and V as one buffer each over the device's attention layers.
   const share_dims d = dims_of(hp, s);
   const uint64_t blocks_per_seq = (uint64_t{opt.n_ctx} + opt.block_size - 1) / opt.block_size;
-  const uint64_t n_slots = blocks_per_seq * opt.n_seqs * opt.block_size;
+  const uint64_t n_slots = opt.n_kv_tokens > 0
+                               ? (opt.n_kv_tokens + opt.block_size - 1) / opt.block_size * opt.block_size
+                               : blocks_per_seq * opt.n_seqs * opt.block_size;
   if (n_slots > k_max_kv_slots)
     return make_error("KV cache: ", opt.n_seqs, " sequences of ", opt.n_ctx, " tokens need ", n_slots,
                       " slots, more than the cache supports (", k_max_kv_slots, ")");

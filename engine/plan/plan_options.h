@@ -47,6 +47,7 @@ struct plan_options {
   std::vector<device_spec> devices;
   uint32_t n_ctx = 0;        // tokens per sequence; 0: the model's training context
   uint32_t n_seqs = 1;       // sequences the KV cache holds at full context
+  uint64_t n_kv_tokens = 0;  // the KV pool's token slots shared by the sequences; 0: n_seqs × n_ctx
   uint32_t n_batch = 512;    // most tokens in one forward pass (prefill chunk)
   uint32_t n_logits = 0;     // most logit rows per forward pass; 0: n_seqs (one per sequence)
   uint32_t block_size = 16;  // KV cache slots per block

@@ -41,6 +41,7 @@ result<gpu_split> plan_gpu_split(const model_desc& desc, const std::string& gpus
   po.split = *mode;
   po.n_ctx = cache.n_ctx;
   po.n_seqs = cache.n_seq_max;
+  po.n_kv_tokens = uint64_t{cache.n_blocks} * cache.block_size;
   po.kv_type = cache.type;
   po.block_size = cache.block_size;
   if (!ratios.empty()) {

@@ -55,6 +55,8 @@ result<uint64_t> scheduler::submit(session_request r, text_fn on_text, done_fn o
   if (r.prompt.empty()) return make_error("the prompt is empty");
   if (r.prompt.size() > n_ctx)
     return make_error("the prompt has ", r.prompt.size(), " tokens but the context size is ", n_ctx);
+  if (r.prompt.size() > cache_.n_slots())
+    return make_error("the prompt has ", r.prompt.size(), " tokens but the KV pool holds ", cache_.n_slots());
   for (int32_t t : r.prompt)
     if (t < 0 || uint32_t(t) >= be_.n_vocab()) return make_error("token id ", t, " is outside the vocabulary");
   auto q = std::make_unique<request>();
@@ -258,16 +260,49 @@ void scheduler::after_logits(slot& s, std::span<const float> logits) {
   s.next = st.token;
 }
 
-bool scheduler::step() {
-  admit();
-  // A sink answering false to "" (its client gone) cancels before the pass, not after it.
-  for (auto& s : slots_)
-    if (s.req && s.req->on_text && !s.req->on_text(std::string_view())) finish(s, stop_reason::cancelled);
-  batch b;
-  std::vector<slot*> rows;  // the slot of each logits row, in batch order
+// Blocks the cache must add for sequence `seq` to hold `len` tokens.
+uint32_t scheduler::blocks_needed(int32_t seq, uint32_t len) const {
+  const uint32_t bs = cache_.config().block_size, have = (cache_.length(seq) + bs - 1) / bs;
+  const uint32_t want = (len + bs - 1) / bs;
+  return want > have ? want - have : 0;
+}
+
+// Makes `n` blocks free, dropping the cached prefixes of free slots (least recently used first)
+// as needed; false if even that is not enough.
+bool scheduler::make_room(uint32_t n) {
+  while (cache_.free_blocks() < n) {
+    slot* lru = nullptr;
+    for (auto& s : slots_)
+      if (!s.req && !s.cached.empty() && (!lru || s.last_used < lru->last_used)) lru = &s;
+    if (!lru) return false;
+    cache_.clear(int32_t(lru - slots_.data()));
+    lru->cached.clear();
+  }
+  return true;
+}
+
+// This pass's tokens: each decoding sequence's next one, then prompt pieces within the chunk.
+// A sequence the KV pool has no block for stops with an error (its blocks go back to the pool);
+// a prompt piece that does not fit waits while others run.
+void scheduler::plan_pass(batch& b, std::vector<slot*>& rows, std::vector<std::pair<slot*, size_t>>& fed) {
+  uint32_t pending = 0;  // blocks this pass takes from the pool
+  auto fits = [&](size_t i, uint32_t len) {
+    const uint32_t n = blocks_needed(int32_t(i), len);
+    if (!make_room(pending + n)) return false;
+    pending += n;
+    return true;
+  };
+  const auto full = [&] {
+    return make_error("the KV pool (", cache_.n_slots(), " tokens shared by ", slots_.size(),
+                      " sequences) has no free block: the request was stopped; raise kv-tokens or lower parallel");
+  };
   for (size_t i = 0; i < slots_.size(); ++i) {
     slot& s = slots_[i];
     if (!s.decoding()) continue;
+    if (!fits(i, cache_.length(int32_t(i)) + 1)) {
+      fail(s, full());
+      continue;
+    }
     b.add(s.next, int32_t(i), int32_t(cache_.length(int32_t(i))), true);
     rows.push_back(&s);
   }
@@ -275,18 +310,33 @@ bool scheduler::step() {
   // piece that does not fit waits for the next pass rather than being cut elsewhere.
   const size_t chunk = opt_.chunk_tokens;
   size_t budget = chunk;
-  std::vector<std::pair<slot*, size_t>> fed;  // prefill tokens each slot got this step
   for (size_t i = 0; i < slots_.size() && budget > 0; ++i) {
     slot& s = slots_[i];
     if (!s.req || s.decoding()) continue;
     const auto& p = s.req->in.prompt;
     const size_t n = std::min(p.size(), (s.n_fed / chunk + 1) * chunk) - s.n_fed;
     if (n > budget) break;
+    if (!fits(i, uint32_t(s.n_fed + n))) {
+      if (b.size() > 0) break;  // others free blocks as they finish
+      fail(s, full());          // nothing else can make room
+      continue;
+    }
     for (size_t j = s.n_fed; j < s.n_fed + n; ++j) b.add(p[j], int32_t(i), int32_t(j), j + 1 == p.size());
     if (s.n_fed + n == p.size()) rows.push_back(&s);
     fed.emplace_back(&s, n);
     budget -= n;
   }
+}
+
+bool scheduler::step() {
+  admit();
+  // A sink answering false to "" (its client gone) cancels before the pass, not after it.
+  for (auto& s : slots_)
+    if (s.req && s.req->on_text && !s.req->on_text(std::string_view())) finish(s, stop_reason::cancelled);
+  batch b;
+  std::vector<slot*> rows;                    // the slot of each logits row, in batch order
+  std::vector<std::pair<slot*, size_t>> fed;  // prefill tokens each slot got this pass
+  plan_pass(b, rows, fed);
   if (b.size() == 0) return false;
   ++clock_;
   const status st = be_.forward(b, cache_, logits_);

@@ -72,6 +72,9 @@ class scheduler {
   struct slot;
   void run();
   bool step();  // false: nothing to do
+  void plan_pass(batch& b, std::vector<slot*>& rows, std::vector<std::pair<slot*, size_t>>& fed);
+  uint32_t blocks_needed(int32_t seq, uint32_t len) const;
+  bool make_room(uint32_t n);
   void admit();
   void finish(slot& s, stop_reason why);
   void fail(slot& s, const error& e);

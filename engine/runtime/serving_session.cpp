@@ -2,6 +2,7 @@
 #include "runtime/serving_session.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "plan/memory_plan.h"
 
@@ -13,6 +14,12 @@ uint32_t session_ctx(const model_desc& desc, uint32_t asked) {
   const uint32_t train = desc.hp.n_ctx_train;
   if (asked == 0) return train;
   return train > 0 ? std::min(asked, train) : asked;
+}
+
+// The pool's blocks for a token budget (0: the cache's default, every sequence at full context).
+uint32_t pool_blocks(const session_options& opt) {
+  const uint64_t bs = std::max<uint32_t>(1, opt.instance.cache.block_size);
+  return uint32_t(std::min<uint64_t>((opt.kv_tokens + bs - 1) / bs, UINT32_MAX));
 }
 
 }  // namespace
@@ -29,6 +36,7 @@ serving_session::~serving_session() { sched_.reset(); }
 
 result<std::unique_ptr<serving_session>> serving_session::open(const std::string& path, session_options opt) {
   opt.instance.cache.n_seq_max = std::max<uint32_t>(1, opt.parallel);
+  opt.instance.cache.n_blocks = pool_blocks(opt);
   opt.instance.ctx_within_training = true;
   auto inst = model_instance::open(path, opt.instance);
   if (!inst) return make_error(path, ": ", inst.message());
@@ -52,6 +60,7 @@ result<uint64_t> serving_session::footprint(const std::string& path, const sessi
   po.devices = {dev};
   po.n_ctx = session_ctx(loaded->desc, opt.instance.cache.n_ctx);
   po.n_seqs = std::max<uint32_t>(1, opt.parallel);
+  po.n_kv_tokens = uint64_t{pool_blocks(opt)} * opt.instance.cache.block_size;
   po.block_size = opt.instance.cache.block_size;
   po.kv_type = opt.instance.cache.type;
   po.rt.alloc_granularity = 1;

@@ -24,6 +24,10 @@ struct session_options {
   // trained for: the model's training context), cache.type the KV type. n_seq_max is `parallel`.
   instance_options instance;
   uint32_t parallel = 1;  // sequences decoded together
+  // Token slots of the KV pool the sequences share; 0: parallel × the context, so that every
+  // sequence can always reach its context. Smaller pools bet that most requests are short: a
+  // sequence that finds no free block then ends with an error (never touching another's KV).
+  uint64_t kv_tokens = 0;
   scheduler_options schedule;
   std::string chat_format;       // empty: from the model's template
   double stall_timeout_s = 300;  // a forward pass longer than this makes the session unhealthy; 0: never

@@ -38,6 +38,7 @@ uint64_t cache_bytes(const std::string& path, const engine_options& opt) {
   kv_cache_config c;
   c.n_ctx = std::min(opt.context, m->desc.hp.n_ctx_train);
   c.n_seq_max = opt.parallel;
+  c.n_blocks = uint32_t((opt.kv_tokens + c.block_size - 1) / c.block_size);
   auto cache = (*be)->make_cache(c);
   EXPECT_TRUE(cache.ok()) << cache.message();
   return (*cache)->bytes();
@@ -54,15 +55,16 @@ TEST(engine_model, budget_charge_is_the_file_plus_the_cache_it_allocates) {
       {"qwen35", test::tiny_model_options::qwen35_hparams()},
       {"qwen3moe", test::tiny_model_options::qwen3moe_hparams()},
       {"qwen35moe", test::tiny_model_options::qwen35moe_hparams()}};
-  for (unsigned parallel : {1u, 4u}) {
+  for (auto [parallel, kv_tokens] : {std::pair{1u, uint64_t{0}}, std::pair{4u, uint64_t{0}}, std::pair{4u, uint64_t{100}}}) {
     engine_options opt;
     opt.parallel = parallel;
+    opt.kv_tokens = kv_tokens;  // a pool of 7 blocks shared by four sequences
     for (const auto& [arch, hp] : models) {
       const std::string path = write_model(arch, hp);
       auto charged = engine_model_bytes(path, opt);
       ASSERT_TRUE(charged.ok()) << charged.message();
       // qwen35: K/V for its one attention layer only, plus the DeltaNet state and checkpoint.
-      EXPECT_EQ(*charged, file_size(path) + cache_bytes(path, opt)) << arch << " parallel " << parallel;
+      EXPECT_EQ(*charged, file_size(path) + cache_bytes(path, opt)) << arch << " parallel " << parallel << " kv_tokens " << kv_tokens;
       std::remove(path.c_str());
     }
   }

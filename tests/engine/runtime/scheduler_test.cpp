@@ -167,6 +167,41 @@ TEST(scheduler, failed_pass_fails_its_requests) {
   EXPECT_EQ(ok->tokens.size(), 4u);
 }
 
+// A KV pool smaller than slots × context: cached prefixes of free slots give way first; a
+// sequence that still finds no block ends with an error, and the one beside it is untouched.
+TEST(scheduler, small_pool_stops_one_sequence_cleanly) {
+  auto e = make_engine("qwen3", 2);
+  kv_cache_config cfg;
+  cfg.n_ctx = 64;
+  cfg.n_seq_max = 2;
+  cfg.block_size = 16;
+  cfg.n_blocks = 5;  // 80 tokens for two sequences of up to 64
+  auto cache = e.be->make_cache(cfg);
+  ASSERT_TRUE(cache.ok()) << cache.message();
+  counting_backend be(*e.be);
+  be.delay_ms = 2;
+  scheduler s(be, **cache, text_of, {.chunk_tokens = 8});
+  EXPECT_FALSE(s.submit(greedy(prompt_of(1, 81), 4), {}, {}).ok());  // more than the pool
+  // One request alone leaves its KV cached (3 blocks); the next needs 5 and gets them.
+  ASSERT_TRUE(s.generate(greedy(prompt_of(1, 30), 10), {}).ok());
+  auto big = s.generate(greedy(prompt_of(2, 30), 40), {});
+  ASSERT_TRUE(big.ok()) << big.message();
+  EXPECT_EQ(big->tokens.size(), 35u);  // 30 + 34 fed fill the 64-token context
+  // Two such requests at once: 140 tokens do not fit in 80.
+  auto a = std::async(std::launch::async, [&] { return s.generate(greedy(prompt_of(3, 30), 40), {}); });
+  auto b = std::async(std::launch::async, [&] { return s.generate(greedy(prompt_of(4, 30), 40), {}); });
+  auto ra = a.get(), rb = b.get();
+  ASSERT_NE(ra.ok(), rb.ok()) << (ra.ok() ? "" : ra.message()) << " / " << (rb.ok() ? "" : rb.message());
+  const auto& failed = ra.ok() ? rb : ra;
+  EXPECT_NE(failed.message().find("KV pool"), std::string::npos) << failed.message();
+  const auto& done = ra.ok() ? ra : rb;
+  auto fresh = make_engine("qwen3", 1);
+  scheduler f(*fresh.be, *fresh.cache, text_of, {.chunk_tokens = 8});
+  auto alone = f.generate(greedy(prompt_of(ra.ok() ? 3 : 4, 30), 40), {});
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(done->tokens, alone->tokens);
+}
+
 // Destroying the scheduler ends what is running or waiting as cancelled.
 TEST(scheduler, shutdown_cancels_what_is_left) {
   auto e = make_engine("qwen3", 1);
