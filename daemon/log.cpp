@@ -14,8 +14,9 @@ std::atomic<int> g_level{static_cast<int>(log_level::info)};
 std::mutex g_mu;
 
 bool use_prefix() {
-  // journald sets JOURNAL_STREAM for services whose stderr it reads; pipes in tests get prefixes too.
-  static const bool p = std::getenv("JOURNAL_STREAM") != nullptr || !isatty(STDERR_FILENO);
+  // journald sets JOURNAL_STREAM for services whose stderr it reads; only it wants the prefixes
+  // (a terminal, a pipe or a log file gets plain lines).
+  static const bool p = std::getenv("JOURNAL_STREAM") != nullptr;
   return p;
 }
 

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "../cli_args.h"
 #include "commands.h"
 #include "config/daemon_config.h"
 #include "failure.h"
@@ -31,6 +32,8 @@ int main(int argc, char** argv) {
   add_admin_commands(app, g, act);
   add_loadgen_command(app, g, act);
 
+  if (auto bad = tandem::unknown_subcommand(app, argc, argv))
+    return report({exit_status::usage, "unknown command '" + *bad + "'; commands: " + tandem::subcommand_names(app)});
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -197,7 +197,8 @@ void print_tokenizer(const json& t) {
     std::printf("  chat template: no\n");
 }
 
-void print_text(const json& r) {
+// The tensor table (hundreds of lines for a real model) only when asked for.
+void print_text(const json& r, bool with_tensors) {
   const uint64_t size = r["file_size"].get<uint64_t>();
   std::printf("file          %s\n", r["file"].get<std::string>().c_str());
   std::printf("size          %s (%llu bytes), GGUF v%s, alignment %s\n", format_bytes(size).c_str(),
@@ -224,8 +225,8 @@ void print_text(const json& r) {
   std::printf("\nhyperparameters\n");
   for (const auto& [k, v] : r["hparams"].items()) std::printf("  %-44s %s\n", k.c_str(), text_of(v).c_str());
   print_tokenizer(r["tokenizer"]);
-  std::printf("\ntensors\n  %-36s %-6s %-24s %14s\n", "name", "type", "shape", "bytes");
-  for (const auto& t : r["tensors"]) {
+  if (with_tensors) std::printf("\ntensors\n  %-36s %-6s %-24s %14s\n", "name", "type", "shape", "bytes");
+  for (const auto& t : with_tensors ? r["tensors"] : json::array()) {
     std::string shape;
     for (const auto& d : t["shape"]) shape += (shape.empty() ? "" : " x ") + d.dump();
     std::printf("  %-36s %-6s %-24s %14s\n", t["name"].get<std::string>().c_str(),
@@ -247,17 +248,19 @@ void print_text(const json& r) {
 
 void add_info_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Show a GGUF file's architecture, hyperparameters, "
-                                         "tokenizer and tensor table");
+                                         "tokenizer and bytes by type (--tensors: the tensor table)");
   auto path = std::make_shared<std::string>();
   auto as_json = std::make_shared<bool>(false);
+  auto tensors = std::make_shared<bool>(false);
   cmd->add_option("file", *path, "GGUF file")->required();
-  cmd->add_flag("--json", *as_json, "Print the report as one JSON object");
-  cmd->callback([path, as_json] {
+  cmd->add_flag("--json", *as_json, "Print the report as one JSON object (always with the tensors)");
+  cmd->add_flag("-t,--tensors", *tensors, "Also print the tensor table (name, type, shape, bytes)");
+  cmd->callback([path, as_json, tensors] {
     auto file = gguf_file::open(*path);
     if (!file) fail(file.message());
     const json report = build_report(*path, *file);
     if (*as_json) std::printf("%s\n", dump(report, 2).c_str());
-    else print_text(report);
+    else print_text(report, *tensors);
   });
 }
 

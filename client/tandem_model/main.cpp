@@ -1,5 +1,6 @@
 // tandem-model: offline model tools, one subcommand per file. Exit status: 0 ok, 1 failure,
 // 2 usage error.
+#include "../cli_args.h"
 #include <cstdio>
 #include <exception>
 
@@ -29,6 +30,11 @@ int main(int argc, char** argv) {
   tandem::add_import_command(app);
   tandem::add_bench_command(app);
   tandem::add_plan_command(app);
+  if (auto bad = tandem::unknown_subcommand(app, argc, argv)) {
+    std::fprintf(stderr, "tandem-model: unknown command '%s'; commands: %s\n", bad->c_str(),
+                 tandem::subcommand_names(app).c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

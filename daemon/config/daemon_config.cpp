@@ -75,7 +75,7 @@ void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
                  "Bytes all resident models may hold together, e.g. 8GiB; idle models are evicted "
                  "least recently used first (0: unlimited)")
       ->capture_default_str();
-  app.add_option("--queue-depth", c.queue_depth, "Waiting requests per model before 'busy'")
+  app.add_option("--queue-depth", c.queue_depth, "Requests waiting per model (beyond the parallel ones running) before 'busy'")
       ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
   app.add_option("--max-frame", c.max_frame, "Largest accepted frame in bytes")
       ->check(CLI::Range(1024u, 1u << 30))->capture_default_str();

@@ -40,7 +40,9 @@ struct daemon_config {
   std::uint32_t parallel = 4;              // sequences per model decoded together (KV: context each)
   std::uint64_t kv_tokens = 0;             // KV pool tokens per model shared by its sequences; 0: context × parallel
   double stall_timeout = 300;              // seconds in one forward pass before the engine is unhealthy; 0: never
-  std::uint32_t queue_depth = 16;
+  // Requests waiting per model beyond its `parallel` running ones: the cap is for overload, so that
+  // a burst of clients waits rather than getting `busy`.
+  std::uint32_t queue_depth = 64;
   std::uint32_t max_frame = 16u << 20;
   // Client limits (tandemd.conf(5)): past them a new connection gets one `busy` frame and is
   // closed; the clients already connected keep being served.

@@ -97,7 +97,11 @@ const std::map<std::string, uint32_t> k_ftype_ids = {
 
 TEST_F(TandemModel, InfoPrintsArchitectureTokenizerAndTensors) {
   const std::string m = make("tiny.gguf", "--preset tiny");
-  const run_result r = run("info " + m);
+  const run_result brief = run("info " + m);
+  ASSERT_EQ(brief.code, 0) << brief.err;
+  EXPECT_FALSE(has(brief.out, "blk.1.ffn_down.weight")) << brief.out;  // the table only with --tensors
+  EXPECT_TRUE(has(brief.out, "bytes by type")) << brief.out;
+  const run_result r = run("info --tensors " + m);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "architecture  qwen3")) << r.out;
   EXPECT_TRUE(has(r.out, "file type     MOSTLY_F16 (1)")) << r.out;
@@ -358,6 +362,13 @@ TEST_F(TandemModel, LayerSplitOverMissingGpusIsAnError) {
   r = run("run -m " + m + " -p hello -n 2 --gpus 0,1 --split none");
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(has(r.err, "no CUDA backend") || has(r.err, "--split none")) << r.err;
+}
+
+// A word that names no command says so (not CLI11's "A subcommand is required"), as usage.
+TEST_F(TandemModel, UnknownCommandIsNamed) {
+  run_result r = run("infoo x");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "unknown command 'infoo'") && has(r.err, "quantize")) << r.err;
 }
 
 // bench's depth and ubatch options: documented in --help, checked before any model is loaded

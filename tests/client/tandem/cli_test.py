@@ -139,6 +139,9 @@ def test_usage_errors():
         r = tandem(*args, sock=os.path.join(TMP, "unused.sock"))
         check(r.returncode == 1, "%r: expected usage status 1, got %d: %r" % (args, r.returncode, r.stderr))
         check(r.stderr, "%r: no message on stderr" % (args,))
+    for args in (["frobnicate"], ["--json", "--socket", "x", "frob"]):
+        r = tandem(*args, sock=os.path.join(TMP, "unused.sock"))
+        check(b"unknown command '" in r.stderr and b"loadgen" in r.stderr, "%r: %r" % (args, r.stderr))
     r = tandem("run", sock=os.path.join(TMP, "unused.sock"))  # no prompt, stdin is /dev/null
     check(r.returncode == 1 and b"no prompt" in r.stderr, "run without prompt: %r" % (r,))
     r = tandem("run", input=b"\n", sock=os.path.join(TMP, "unused.sock"))
