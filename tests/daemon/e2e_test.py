@@ -842,6 +842,19 @@ def test_chat_turn_reuses_the_prefix(model):
         check(d.stop() == 0, "tandemd exit status")
 
 
+def test_log_prefixes_only_under_journald(model):
+    """sd-daemon priority prefixes ("<6>") only when journald reads stderr (JOURNAL_STREAM)."""
+    for env_extra, want in (({}, False), ({"JOURNAL_STREAM": "8:1234"}, True)):
+        d = Daemon([("m", model)], env=dict(os.environ, **env_extra))
+        lines = []
+        try:
+            with open(os.path.join(TMP, "tandemd.log"), "rb") as f:
+                lines = [l for l in f.read().decode(errors="replace").splitlines() if "listening on " + d.sock in l]
+        finally:
+            check(d.stop() == 0, "tandemd exit status")
+        check(lines and all(l.startswith("<6>") == want for l in lines), "JOURNAL_STREAM %r: %r" % (env_extra, lines))
+
+
 def test_watchdog_follows_engine_health(model):
     ns_path = os.path.join(TMP, "watchdog.sock")
     ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
