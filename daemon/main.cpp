@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   eo.context = cfg.context;
   eo.parallel = cfg.parallel;
   eo.kv_tokens = cfg.kv_tokens;
+  eo.kv_type = cfg.kv_type;
   eo.chat_format = cfg.chat_format;
   eo.prefill_chunk = cfg.prefill_chunk;
   eo.stall_timeout_s = cfg.stall_timeout;

@@ -120,6 +120,8 @@ void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
                  "KV cache tokens per model shared by its sequences (0: context x parallel, so each can "
                  "reach its context); a sequence that finds the pool full ends with an error")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 31))->capture_default_str();
+  app.add_option("--kv-type", c.kv_type, "KV cache element type: f16, q8_0 (half the memory) or f32")
+      ->check(CLI::IsMember({"f16", "q8_0", "f32"}))->capture_default_str();
   app.add_option("--prefill-chunk", c.prefill_chunk,
                  "Prompt tokens per forward pass, beside one decode token per running sequence; "
                  "a cancel takes effect between passes")

@@ -39,6 +39,7 @@ struct daemon_config {
   std::uint32_t prefill_chunk = 256;
   std::uint32_t parallel = 4;              // sequences per model decoded together (KV: context each)
   std::uint64_t kv_tokens = 0;             // KV pool tokens per model shared by its sequences; 0: context × parallel
+  std::string kv_type = "f16";             // KV cache elements: f16, q8_0 (half the bytes) or f32
   double stall_timeout = 300;              // seconds in one forward pass before the engine is unhealthy; 0: never
   // Requests waiting per model beyond its `parallel` running ones: the cap is for overload, so that
   // a burst of clients waits rather than getting `busy`.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "quant/ggml_type.h"
 #include "runtime/serving_session.h"
 #include "tokenizer/stream_decoder.h"
 
@@ -167,6 +168,8 @@ session_options session_options_of(const engine_options& opt) {
   so.instance.cache.n_ctx = opt.context;
   so.parallel = std::max(1u, opt.parallel);
   so.kv_tokens = opt.kv_tokens;
+  // daemon_config checked the name; an unknown one would keep the default.
+  if (auto t = type_from_name(opt.kv_type)) so.instance.cache.type = *t;
   so.schedule.chunk_tokens = opt.prefill_chunk;
   so.chat_format = opt.chat_format;
   so.stall_timeout_s = opt.stall_timeout_s;

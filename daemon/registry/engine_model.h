@@ -17,6 +17,7 @@ struct engine_options {
   std::uint32_t context = 4096;     // KV cache tokens per sequence (capped by the model's own)
   unsigned parallel = 4;            // sequences per model decoded together
   std::uint64_t kv_tokens = 0;      // KV pool token slots shared by them; 0: context × parallel
+  std::string kv_type = "f16";      // KV cache element type: f16, q8_0 or f32
   std::string chat_format;          // empty: from the model's template
   // Prompt tokens per forward pass (beside one decode token per running sequence); cancel is
   // checked between passes.

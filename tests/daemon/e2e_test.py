@@ -823,8 +823,9 @@ def test_concurrent_sequences_match_alone(model):
 
 
 def test_chat_turn_reuses_the_prefix(model):
-    """A chat's second turn resends the history: its KV is reused, only the new text is prefilled."""
-    d = Daemon([("default", model)])
+    """A chat's second turn resends the history: its KV is reused, only the new text is prefilled
+    (in a q8_0 KV pool: half the bytes of f16)."""
+    d = Daemon([("default", model)], extra=["--kv-type", "q8_0"])
     try:
         c = Client(d.sock)
         turn1 = [{"role": "user", "content": "hello there, how are you today?"}]
@@ -840,6 +841,13 @@ def test_chat_turn_reuses_the_prefix(model):
         check(m["prefix_hits"] == 1 and m["reused_tokens"] == r2["reused_tokens"], "models: %r" % m)
     finally:
         check(d.stop() == 0, "tandemd exit status")
+    d16 = Daemon([("default", model)])
+    try:
+        m16 = Client(d16.sock).call({"id": 1, "op": "models"})["result"]["models"][0]
+    finally:
+        check(d16.stop() == 0, "tandemd exit status")
+    ratio = m["cache_bytes"] / m16["cache_bytes"]
+    check(0.5 < ratio < 0.56, "q8_0 / f16 cache bytes %.3f: %r %r" % (ratio, m, m16))  # 34 bytes per 32 values
 
 
 def test_log_prefixes_only_under_journald(model):

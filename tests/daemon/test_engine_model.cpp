@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/cpu/cpu_backend.h"
+#include "quant/ggml_type.h"
 #include "registry/engine_model.h"
 #include "tiny_model.h"
 
@@ -39,6 +40,7 @@ uint64_t cache_bytes(const std::string& path, const engine_options& opt) {
   c.n_ctx = std::min(opt.context, m->desc.hp.n_ctx_train);
   c.n_seq_max = opt.parallel;
   c.n_blocks = uint32_t((opt.kv_tokens + c.block_size - 1) / c.block_size);
+  c.type = *type_from_name(opt.kv_type);
   auto cache = (*be)->make_cache(c);
   EXPECT_TRUE(cache.ok()) << cache.message();
   return (*cache)->bytes();
@@ -55,16 +57,23 @@ TEST(engine_model, budget_charge_is_the_file_plus_the_cache_it_allocates) {
       {"qwen35", test::tiny_model_options::qwen35_hparams()},
       {"qwen3moe", test::tiny_model_options::qwen3moe_hparams()},
       {"qwen35moe", test::tiny_model_options::qwen35moe_hparams()}};
-  for (auto [parallel, kv_tokens] : {std::pair{1u, uint64_t{0}}, std::pair{4u, uint64_t{0}}, std::pair{4u, uint64_t{100}}}) {
+  struct setting {
+    unsigned parallel;
+    uint64_t kv_tokens;  // 100: a pool of 7 blocks shared by four sequences
+    const char* kv_type;
+  };
+  for (auto [parallel, kv_tokens, kv_type] : {setting{1, 0, "f16"}, setting{4, 0, "f16"}, setting{4, 100, "f16"},
+                                              setting{2, 0, "q8_0"}}) {
     engine_options opt;
     opt.parallel = parallel;
-    opt.kv_tokens = kv_tokens;  // a pool of 7 blocks shared by four sequences
+    opt.kv_tokens = kv_tokens;
+    opt.kv_type = kv_type;
     for (const auto& [arch, hp] : models) {
       const std::string path = write_model(arch, hp);
       auto charged = engine_model_bytes(path, opt);
       ASSERT_TRUE(charged.ok()) << charged.message();
       // qwen35: K/V for its one attention layer only, plus the DeltaNet state and checkpoint.
-      EXPECT_EQ(*charged, file_size(path) + cache_bytes(path, opt)) << arch << " parallel " << parallel << " kv_tokens " << kv_tokens;
+      EXPECT_EQ(*charged, file_size(path) + cache_bytes(path, opt)) << arch << " parallel " << parallel << " kv_tokens " << kv_tokens << " " << kv_type;
       std::remove(path.c_str());
     }
   }
