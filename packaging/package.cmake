@@ -46,6 +46,18 @@ local clients over a Unix socket (tandem-protocol(7)); models can be loaded,
 unloaded and hot-swapped while it serves. tandem is its command-line client,
 tandem-model an offline tool to inspect, make and quantize GGUF files.")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "systemd")
+# dpkg-shlibdeps finds no shlibs entries for NVIDIA's libraries and leaves them out: name the
+# CUDA runtime, cuBLAS and (when linked) NCCL the binaries need, as NVIDIA's repository or
+# Debian's non-free archive packages them.
+if(TANDEM_HAVE_CUDA)
+  set(_cu "${CUDAToolkit_VERSION_MAJOR}-${CUDAToolkit_VERSION_MINOR}")
+  set(_deps "cuda-cudart-${_cu} | libcudart${CUDAToolkit_VERSION_MAJOR}"
+            "libcublas-${_cu} | libcublas${CUDAToolkit_VERSION_MAJOR}")
+  if(TANDEM_HAVE_NCCL)
+    list(APPEND _deps "libnccl2")
+  endif()
+  string(JOIN ", " CPACK_DEBIAN_PACKAGE_DEPENDS ${_deps})
+endif()
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ${TANDEM_DEB_SHLIBDEPS})
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS OFF)
 # conffiles: dpkg keeps local edits of the configuration across upgrades.
