@@ -3,11 +3,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 #include "log.h"
 #include "protocol/request.h"
@@ -188,6 +191,48 @@ parse_outcome finish(CLI::App& app, daemon_config c, const raw_options& raw) {
   return out;
 }
 
+// Letters to change to turn a into b (for "did you mean").
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> d(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) d[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = d[0];
+    d[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = d[j];
+      d[j] = std::min({d[j] + 1, d[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return d[b.size()];
+}
+
+// CLI11 says "INI was not able to parse contxt" for a key it does not know: name the file, the
+// line and the nearest known key instead.
+std::string config_key_error(const CLI::App& app, const std::string& message) {
+  const std::string lead = "INI was not able to parse ";
+  const auto* opt = app.get_config_ptr();
+  if (message.rfind(lead, 0) != 0 || !opt) return message;
+  const std::string key = message.substr(lead.size()), file = opt->as<std::string>();
+  std::ifstream in(file);
+  std::string line, where = file;
+  for (int n = 1; std::getline(in, line); ++n) {
+    const size_t b = line.find_first_not_of(" \t");
+    if (b != std::string::npos && line.compare(b, key.size(), key) == 0) {
+      where += ":" + std::to_string(n);
+      break;
+    }
+  }
+  std::string best;
+  size_t best_d = 3;  // suggest only near misses
+  for (const CLI::Option* o : app.get_options()) {
+    const std::string name = o->get_single_name();
+    if (const size_t dist = edit_distance(key, name); dist < best_d) best = name, best_d = dist;
+  }
+  return where + ": unknown key '" + key + "'" + (best.empty() ? "" : "; did you mean '" + best + "'?") +
+         " (the keys are tandemd.conf(5)'s)";
+}
+
 template <class Parse>
 parse_outcome run_parse(Parse&& parse) {
   CLI::App app{"tandemd: serves GGUF language models over a Unix socket"};
@@ -203,6 +248,8 @@ parse_outcome run_parse(Parse&& parse) {
     // CLI11 returns its own status per error kind; tandemd(8) documents one: 2.
     out.exit_code = app.exit(e, os, es) == 0 ? exit_ok : exit_usage;
     out.output = os.str() + es.str();
+    if (std::string(e.what()).rfind("INI was not able to parse ", 0) == 0)
+      out.output = "tandemd: " + config_key_error(app, e.what()) + "\n";
     return out;
   }
   return finish(app, std::move(c), raw);

@@ -41,11 +41,13 @@ TEST(daemon_config, gpu_defaults_to_the_cpu_backend) {
 }
 
 TEST(daemon_config, misspelt_key_is_an_error) {
-  config_file f("thread = 3\n");
+  config_file f("# comment\ncontext = 2048\nthread = 3\n");
   auto r = parse({"--config", f.path});
   EXPECT_TRUE(r.exit_now);
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("thread"), std::string::npos) << r.output;
+  // The file and line, the key, and the option it probably meant.
+  EXPECT_NE(r.output.find(f.path + ":3: unknown key 'thread'; did you mean 'threads'?"), std::string::npos)
+      << r.output;
 }
 
 TEST(daemon_config, out_of_range_gpu_is_an_error) {
