@@ -46,12 +46,12 @@ std::uint64_t model_registry::used_bytes() const {
 
 std::optional<std::string> model_registry::make_room(const std::string& alias, std::uint64_t need,
                                                      std::uint64_t freed,
-                                                     std::vector<std::shared_ptr<model_instance>>& victims) {
+                                                     std::vector<std::shared_ptr<model_worker>>& victims) {
   const std::uint64_t budget = opt_.memory_budget;
   const std::uint64_t used = used_locked() - std::min(freed, used_locked());
   if (budget == 0 || used + need <= budget) return std::nullopt;
   // Candidates: other aliases' models that run nothing and wait for nothing, oldest use first.
-  std::vector<std::pair<model_instance::clock::time_point, std::string>> idle;
+  std::vector<std::pair<model_worker::clock::time_point, std::string>> idle;
   std::string pinned;  // the models that must stay, for the error message
   for (const auto& [name, e] : entries_) {
     if (name == alias || !e.current) continue;
@@ -80,7 +80,7 @@ std::optional<std::string> model_registry::make_room(const std::string& alias, s
   return std::nullopt;
 }
 
-void model_registry::release(std::vector<std::shared_ptr<model_instance>>& victims) {
+void model_registry::release(std::vector<std::shared_ptr<model_worker>>& victims) {
   for (auto& v : victims) {
     v->close();
     v->join();  // idle: returns at once
@@ -97,7 +97,7 @@ std::optional<std::string> model_registry::admit(const std::string& alias, const
   reap_retired();  // drained leftovers of earlier swaps should not cost an eviction
   auto need = opt_.sizer ? opt_.sizer(alias, path) : result<std::uint64_t>(std::uint64_t{0});
   if (!need) return need.message();
-  std::vector<std::shared_ptr<model_instance>> victims;
+  std::vector<std::shared_ptr<model_worker>> victims;
   {
     std::lock_guard lk(mu_);
     auto it = entries_.find(alias);
@@ -116,9 +116,9 @@ result<std::unique_ptr<served_model>> model_registry::load_fitting(const std::st
 
 model_registry::admin_error model_registry::swap_drain_first(const std::string& alias, const std::string& path,
                                                              std::uint64_t need,
-                                                             std::vector<std::shared_ptr<model_instance>> victims,
+                                                             std::vector<std::shared_ptr<model_worker>> victims,
                                                              model_info& out) {
-  std::shared_ptr<model_instance> old;
+  std::shared_ptr<model_worker> old;
   std::string old_path;
   {
     std::lock_guard lk(mu_);

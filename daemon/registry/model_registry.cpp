@@ -68,7 +68,7 @@ model_registry::admin_error model_registry::swap(const std::string& alias, const
   if (opt_.memory_budget > 0) {
     auto need = opt_.sizer ? opt_.sizer(alias, path) : result<std::uint64_t>(std::uint64_t{0});
     if (!need) return finish_load(alias, need.err(), &out);
-    std::vector<std::shared_ptr<model_instance>> victims;
+    std::vector<std::shared_ptr<model_worker>> victims;
     std::optional<std::string> refused;
     bool beside = false;
     {
@@ -94,8 +94,8 @@ model_registry::admin_error model_registry::swap(const std::string& alias, const
 model_registry::admin_error model_registry::finish_load(const std::string& alias,
                                                         result<std::unique_ptr<served_model>> m,
                                                         model_info* out) {
-  std::shared_ptr<model_instance> inst;
-  if (m) inst = std::make_shared<model_instance>(std::move(*m), opt_.max_queue);
+  std::shared_ptr<model_worker> inst;
+  if (m) inst = std::make_shared<model_worker>(std::move(*m), opt_.max_queue);
   std::deque<model_job> to_fail;
   admin_error err;
   {
@@ -112,7 +112,7 @@ model_registry::admin_error model_registry::finish_load(const std::string& alias
       err = wire_error{error_code::load_failed, m.message()};
       if (!e.current) {
         to_fail.swap(e.parked);
-        if (e.loaded_at == model_instance::clock::time_point{}) {  // never served: forget it
+        if (e.loaded_at == model_worker::clock::time_point{}) {  // never served: forget it
           entries_.erase(it);
           if (default_ == alias) default_ = entries_.empty() ? "" : entries_.begin()->first;
         }
@@ -123,7 +123,7 @@ model_registry::admin_error model_registry::finish_load(const std::string& alias
       e.reserved = 0;
       auto old = std::move(e.current);
       e.current = inst;
-      e.loaded_at = model_instance::clock::now();
+      e.loaded_at = model_worker::clock::now();
       if (old) {
         // Atomic repoint: from here on, new submissions see the new model. Jobs that had not
         // started move with the alias; the running one finishes on the old model.
@@ -178,11 +178,11 @@ std::optional<wire_error> model_registry::submit(const std::string& alias_in, mo
     return std::nullopt;
   }
   switch (e.current->push(std::move(job))) {
-    case model_instance::push_result::ok: return std::nullopt;
-    case model_instance::push_result::full:
+    case model_worker::push_result::ok: return std::nullopt;
+    case model_worker::push_result::full:
       return wire_error{error_code::busy, "model '" + alias + "' has " + std::to_string(opt_.max_queue) +
                                               " requests waiting; try again later"};
-    case model_instance::push_result::closed: break;
+    case model_worker::push_result::closed: break;
   }
   return wire_error{error_code::internal, "model '" + alias + "' refused the request"};
 }
@@ -192,7 +192,7 @@ void model_registry::start_reload(const std::string& alias, entry& e) {
   admin_([this, alias, path = e.path] { (void)finish_load(alias, load_fitting(alias, path), nullptr); });
 }
 
-result<std::shared_ptr<model_instance>> model_registry::resident(const std::string& alias_in) const {
+result<std::shared_ptr<model_worker>> model_registry::resident(const std::string& alias_in) const {
   std::lock_guard lk(mu_);
   const auto alias = resolve(alias_in);
   auto it = entries_.find(alias);
@@ -202,7 +202,7 @@ result<std::shared_ptr<model_instance>> model_registry::resident(const std::stri
   return make_error("model '", alias, "' is not loaded right now");
 }
 
-void model_registry::sweep(model_instance::clock::time_point now) {
+void model_registry::sweep(model_worker::clock::time_point now) {
   {
     std::lock_guard lk(mu_);
     for (auto& [alias, e] : entries_) {
@@ -212,7 +212,7 @@ void model_registry::sweep(model_instance::clock::time_point now) {
         continue;
       }
       if (!e.current || e.admin_busy || e.keep_alive_s <= 0) continue;
-      const auto keep = std::chrono::duration_cast<model_instance::clock::duration>(
+      const auto keep = std::chrono::duration_cast<model_worker::clock::duration>(
           std::chrono::duration<double>(e.keep_alive_s));
       if (!e.current->idle_for(keep, now)) continue;
       e.current->close();
@@ -223,7 +223,7 @@ void model_registry::sweep(model_instance::clock::time_point now) {
 }
 
 void model_registry::reap_retired() {
-  std::vector<std::shared_ptr<model_instance>> done;
+  std::vector<std::shared_ptr<model_worker>> done;
   {
     std::lock_guard lk(mu_);
     for (auto it = retired_.begin(); it != retired_.end();) {
@@ -267,7 +267,7 @@ bool model_registry::drained() const {
 }
 
 void model_registry::join_all() {
-  std::vector<std::shared_ptr<model_instance>> all;
+  std::vector<std::shared_ptr<model_worker>> all;
   {
     std::lock_guard lk(mu_);
     all.swap(retired_);
@@ -306,7 +306,7 @@ nlohmann::json model_registry::describe() const {
       m["device"] = i.device;
       m["bytes"] = e.current->bytes();
       // How long since its last request, which decides the eviction order; 0 while serving.
-      m["idle_seconds"] = e.current->idle() ? std::chrono::duration<double>(model_instance::clock::now() -
+      m["idle_seconds"] = e.current->idle() ? std::chrono::duration<double>(model_worker::clock::now() -
                                                                               e.current->last_used()).count()
                                             : 0.0;
       m["arch"] = i.arch;

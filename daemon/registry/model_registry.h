@@ -17,7 +17,7 @@
 
 #include "core/result.h"
 #include "protocol/wire_error.h"
-#include "registry/model_instance.h"
+#include "registry/model_worker.h"
 #include "registry/served_model.h"
 
 namespace tandem::daemon {
@@ -53,10 +53,10 @@ class model_registry {
   // model loads. An error says why it was refused; the job's callbacks were not called.
   std::optional<proto::wire_error> submit(const std::string& alias, model_job job);
   // The resident model of an alias, for tokenize/detokenize.
-  result<std::shared_ptr<model_instance>> resident(const std::string& alias) const;
+  result<std::shared_ptr<model_worker>> resident(const std::string& alias) const;
 
   // Unloads models idle past their keep_alive; joins retired instances that have drained.
-  void sweep(model_instance::clock::time_point now = model_instance::clock::now());
+  void sweep(model_worker::clock::time_point now = model_worker::clock::now());
   // Stops taking work and fails parked jobs; running and queued jobs continue to completion.
   void close_all();
   bool drained() const;
@@ -76,12 +76,12 @@ class model_registry {
   struct entry {
     std::string path;
     double keep_alive_s = 0;
-    std::shared_ptr<model_instance> current;
-    std::shared_ptr<model_instance> draining;  // drain-first swap: the old model finishing its job
+    std::shared_ptr<model_worker> current;
+    std::shared_ptr<model_worker> draining;  // drain-first swap: the old model finishing its job
     std::uint64_t reserved = 0;               // budget held for a load of this alias in progress
     bool admin_busy = false;  // a load/swap of this alias is running
     std::deque<model_job> parked;
-    model_instance::clock::time_point loaded_at{};
+    model_worker::clock::time_point loaded_at{};
     std::uint64_t swaps = 0;
   };
 
@@ -95,15 +95,15 @@ class model_registry {
   // drain-first swap). Picks idle models, least recently used first, until `need` fits; an error
   // (nothing evicted then) names the sizes. Caller holds mu_.
   std::optional<std::string> make_room(const std::string& alias, std::uint64_t need, std::uint64_t freed,
-                                       std::vector<std::shared_ptr<model_instance>>& victims);
+                                       std::vector<std::shared_ptr<model_worker>>& victims);
   std::uint64_t used_locked() const;
   // Blocking: predicts the load's bytes, evicts what must go and reserves the budget for `alias`.
   std::optional<std::string> admit(const std::string& alias, const std::string& path);
   // admit, then the loader.
   result<std::unique_ptr<served_model>> load_fitting(const std::string& alias, const std::string& path);
   admin_error swap_drain_first(const std::string& alias, const std::string& path, std::uint64_t need,
-                               std::vector<std::shared_ptr<model_instance>> victims, model_info& out);
-  void release(std::vector<std::shared_ptr<model_instance>>& victims);  // blocking: closes and joins
+                               std::vector<std::shared_ptr<model_worker>> victims, model_info& out);
+  void release(std::vector<std::shared_ptr<model_worker>>& victims);  // blocking: closes and joins
   void reap_retired();  // joins retired instances that have drained (blocking, briefly)
 
   model_loader loader_;
@@ -113,7 +113,7 @@ class model_registry {
   mutable std::mutex mu_;
   std::map<std::string, entry> entries_;
   std::string default_;
-  std::vector<std::shared_ptr<model_instance>> retired_;
+  std::vector<std::shared_ptr<model_worker>> retired_;
   std::uint64_t evicting_ = 0;  // bytes of evicted instances not yet joined
   bool closed_ = false;
 };

@@ -1,22 +1,22 @@
-// model_instance: the worker loop and its queue.
-#include "registry/model_instance.h"
+// model_worker: the worker loop and its queue.
+#include "registry/model_worker.h"
 
 #include <algorithm>
 
 namespace tandem::daemon {
 
-model_instance::model_instance(std::unique_ptr<served_model> model, std::size_t max_queue)
+model_worker::model_worker(std::unique_ptr<served_model> model, std::size_t max_queue)
     : model_(std::move(model)), info_(model_->info()), max_queue_(max_queue) {
   const unsigned n = std::max(1u, model_->slots());
   for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this] { work(); });
 }
 
-model_instance::~model_instance() {
+model_worker::~model_worker() {
   close();
   join();
 }
 
-model_instance::push_result model_instance::push(model_job job) {
+model_worker::push_result model_worker::push(model_job job) {
   {
     std::lock_guard lk(mu_);
     if (closed_) return push_result::closed;
@@ -27,7 +27,7 @@ model_instance::push_result model_instance::push(model_job job) {
   return push_result::ok;
 }
 
-void model_instance::adopt(std::deque<model_job> jobs) {
+void model_worker::adopt(std::deque<model_job> jobs) {
   {
     std::lock_guard lk(mu_);
     for (auto& j : jobs) queue_.push_back(std::move(j));
@@ -35,7 +35,7 @@ void model_instance::adopt(std::deque<model_job> jobs) {
   cv_.notify_all();
 }
 
-std::deque<model_job> model_instance::close_and_take_queued() {
+std::deque<model_job> model_worker::close_and_take_queued() {
   std::deque<model_job> out;
   {
     std::lock_guard lk(mu_);
@@ -46,7 +46,7 @@ std::deque<model_job> model_instance::close_and_take_queued() {
   return out;
 }
 
-void model_instance::close() {
+void model_worker::close() {
   {
     std::lock_guard lk(mu_);
     closed_ = true;
@@ -54,42 +54,42 @@ void model_instance::close() {
   cv_.notify_all();
 }
 
-void model_instance::join() {
+void model_worker::join() {
   for (auto& w : workers_)
     if (w.joinable() && w.get_id() != std::this_thread::get_id()) w.join();
 }
 
-std::size_t model_instance::queued() const {
+std::size_t model_worker::queued() const {
   std::lock_guard lk(mu_);
   return queue_.size();
 }
 
-bool model_instance::running() const {
+bool model_worker::running() const {
   std::lock_guard lk(mu_);
   return running_ > 0;
 }
 
-std::uint64_t model_instance::completed() const {
+std::uint64_t model_worker::completed() const {
   std::lock_guard lk(mu_);
   return completed_;
 }
 
-bool model_instance::idle_for(clock::duration d, clock::time_point now) const {
+bool model_worker::idle_for(clock::duration d, clock::time_point now) const {
   std::lock_guard lk(mu_);
   return running_ == 0 && queue_.empty() && now - last_used_ >= d;
 }
 
-bool model_instance::idle() const {
+bool model_worker::idle() const {
   std::lock_guard lk(mu_);
   return running_ == 0 && queue_.empty();
 }
 
-model_instance::clock::time_point model_instance::last_used() const {
+model_worker::clock::time_point model_worker::last_used() const {
   std::lock_guard lk(mu_);
   return last_used_;
 }
 
-void model_instance::work() {
+void model_worker::work() {
   for (;;) {
     model_job job;
     {

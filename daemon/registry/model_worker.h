@@ -1,4 +1,4 @@
-// model_instance: one loaded model with its worker threads (one per sequence slot the model
+// model_worker: one loaded model with its worker threads (one per sequence slot the model
 // batches) and a bounded FIFO job queue. The engine only ever runs here, never on the I/O thread.
 #pragma once
 
@@ -16,15 +16,15 @@
 
 namespace tandem::daemon {
 
-class model_instance {
+class model_worker {
  public:
   using clock = std::chrono::steady_clock;
   enum class push_result { ok, full, closed };
 
-  model_instance(std::unique_ptr<served_model> model, std::size_t max_queue);
-  ~model_instance();
-  model_instance(const model_instance&) = delete;
-  model_instance& operator=(const model_instance&) = delete;
+  model_worker(std::unique_ptr<served_model> model, std::size_t max_queue);
+  ~model_worker();
+  model_worker(const model_worker&) = delete;
+  model_worker& operator=(const model_worker&) = delete;
 
   // Queues a job unless the queue is full or the instance no longer accepts work.
   push_result push(model_job job);
