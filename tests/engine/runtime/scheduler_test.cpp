@@ -94,7 +94,9 @@ TEST(scheduler, cancel_during_prefill_frees_the_slot) {
 // A sink that answers false (its client gone) ends the request, also before its first token.
 TEST(scheduler, refusing_sink_cancels) {
   auto e = make_engine("qwen3", 2);
-  scheduler s(*e.be, *e.cache, text_of, {.chunk_tokens = 2});
+  counting_backend be(*e.be);
+  be.delay_ms = 5;  // 28 passes of at least 5 ms: the sink refuses long before the end
+  scheduler s(be, *e.cache, text_of, {.chunk_tokens = 2});
   std::atomic<bool> gone{false};
   auto r = std::async(std::launch::async, [&] {
     return s.generate(greedy(prompt_of(3, 40), 8), [&](std::string_view) { return !gone.load(); });
@@ -187,10 +189,11 @@ TEST(scheduler, small_pool_stops_one_sequence_cleanly) {
   auto big = s.generate(greedy(prompt_of(2, 30), 40), {});
   ASSERT_TRUE(big.ok()) << big.message();
   EXPECT_EQ(big->tokens.size(), 35u);  // 30 + 34 fed fill the 64-token context
-  // Two such requests at once: 140 tokens do not fit in 80.
-  auto a = std::async(std::launch::async, [&] { return s.generate(greedy(prompt_of(3, 30), 40), {}); });
-  auto b = std::async(std::launch::async, [&] { return s.generate(greedy(prompt_of(4, 30), 40), {}); });
-  auto ra = a.get(), rb = b.get();
+  // Two such requests at once (submitted together, so they share passes): 140 tokens do not fit in 80.
+  std::promise<result<generate_result>> pa, pb;
+  ASSERT_TRUE(s.submit(greedy(prompt_of(3, 30), 40), {}, [&](result<generate_result> r) { pa.set_value(std::move(r)); }).ok());
+  ASSERT_TRUE(s.submit(greedy(prompt_of(4, 30), 40), {}, [&](result<generate_result> r) { pb.set_value(std::move(r)); }).ok());
+  auto ra = pa.get_future().get(), rb = pb.get_future().get();
   ASSERT_NE(ra.ok(), rb.ok()) << (ra.ok() ? "" : ra.message()) << " / " << (rb.ok() ? "" : rb.message());
   const auto& failed = ra.ok() ? rb : ra;
   EXPECT_NE(failed.message().find("KV pool"), std::string::npos) << failed.message();
