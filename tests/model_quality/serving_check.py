@@ -4,15 +4,10 @@
 # that disconnects mid-prefill frees its slot within a pass; a chat's second turn reuses the
 # first turn's KV (issue 23's CPU figures).
 """Exit status: 0 pass, 1 failure, 77 skipped (no model, or python3 without msgpack)."""
-import argparse
-import os
 import sys
-import tempfile
 import time
 
-from quant_ladder import SOURCE_DIR, find_model, skip
-
-sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "daemon"))
+import daemon_harness
 
 
 def chat(c, rid, messages, n=32):
@@ -24,17 +19,7 @@ def chat(c, rid, messages, n=32):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--tandemd", required=True)
-    ap.add_argument("--tandem-model", required=True)
-    a = ap.parse_args()
-    try:
-        import e2e_test as e2e  # the daemon tests' Client and Daemon (needs msgpack)
-    except ImportError as err:
-        skip(f"{sys.executable}: {err}")
-    model = find_model()
-    e2e.ARGS = a
-    e2e.TMP = tempfile.mkdtemp(prefix="tandem-serving.")
+    e2e, model = daemon_harness.setup(__doc__, "serving")
     d = e2e.Daemon([("default", model)], extra=["--parallel", "4", "--prefill-chunk", "32"])
     try:
         c = e2e.Client(d.sock)

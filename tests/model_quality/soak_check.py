@@ -6,18 +6,14 @@
 # resident memory flat against the same point after warm-up (issue 24, item 8).
 """Exit status: 0 pass, 1 failure, 77 skipped (no model, or python3 without msgpack).
 TANDEM_SOAK_SECONDS sets the traffic's length (default 60)."""
-import argparse
 import os
 import random
 import shutil
 import sys
-import tempfile
 import threading
 import time
 
-from quant_ladder import SOURCE_DIR, find_model, skip
-
-sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "daemon"))
+import daemon_harness
 EXPECTED = {"busy", "cancelled"}  # codes traffic like this may legitimately get
 
 
@@ -63,17 +59,7 @@ def one_request(e2e, sock, rng, rid, problems):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--tandemd", required=True)
-    ap.add_argument("--tandem-model", required=True)
-    a = ap.parse_args()
-    try:
-        import e2e_test as e2e
-    except ImportError as err:
-        skip(f"{sys.executable}: {err}")
-    model = find_model()
-    e2e.ARGS = a
-    e2e.TMP = tempfile.mkdtemp(prefix="tandem-soak.")
+    e2e, model = daemon_harness.setup(__doc__, "soak")
     other = os.path.join(e2e.TMP, "copy.gguf")
     shutil.copyfile(model, other)
     seconds = float(os.environ.get("TANDEM_SOAK_SECONDS", "60"))

@@ -6,6 +6,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "runtime/generator.h"
 #include "runtime/perplexity.h"
+#include "counting_backend.h"
 #include "tiny_model.h"
 
 namespace tandem {
@@ -113,22 +114,7 @@ TEST(generator, cancel_from_callback) {
   EXPECT_EQ(r->tokens.size(), 3u);
 }
 
-// Passes everything to a real backend and counts the forward passes.
-class counting_backend final : public backend {
- public:
-  explicit counting_backend(backend& inner) : inner_(inner) {}
-  std::string_view name() const override { return inner_.name(); }
-  const model_desc& model() const override { return inner_.model(); }
-  result<std::unique_ptr<kv_cache>> make_cache(const kv_cache_config& cfg) override { return inner_.make_cache(cfg); }
-  status forward(const batch& b, kv_cache& cache, std::vector<float>& logits) override {
-    ++forwards;
-    return inner_.forward(b, cache, logits);
-  }
-  int forwards = 0;
-
- private:
-  backend& inner_;
-};
+using test::counting_backend;
 
 TEST(generator, cancel_during_prefill_stops_between_chunks) {
   auto e = make_engine();
@@ -144,7 +130,7 @@ TEST(generator, cancel_during_prefill_stops_between_chunks) {
   });
   ASSERT_TRUE(r.ok()) << r.message();
   EXPECT_EQ(r->reason, stop_reason::cancelled);
-  EXPECT_EQ(be.forwards, 1);  // one chunk ran, the other two never did
+  EXPECT_EQ(be.forwards.load(), 1);  // one chunk ran, the other two never did
   EXPECT_TRUE(r->tokens.empty());
   EXPECT_EQ(r->n_prompt, k_prompt.size());
   EXPECT_FALSE(got_text);
@@ -156,7 +142,7 @@ TEST(generator, cancel_during_prefill_stops_between_chunks) {
   r = generate(be, *e.cache, 0, k_prompt, gp, text_of, {});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->reason, stop_reason::cancelled);
-  EXPECT_EQ(be.forwards, 0);
+  EXPECT_EQ(be.forwards.load(), 0);
   gp.cancelled = {};
   r = generate(be, *e.cache, 0, k_prompt, gp, text_of, {});
   ASSERT_TRUE(r.ok());
@@ -174,7 +160,7 @@ TEST(generator, cancel_flag_stops_decoding_without_text_callback) {
   auto r = generate(be, *e.cache, 0, k_prompt, gp, text_of, {});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->reason, stop_reason::cancelled);
-  EXPECT_EQ(be.forwards, 3);       // prefill + two decode passes
+  EXPECT_EQ(be.forwards.load(), 3);       // prefill + two decode passes
   EXPECT_EQ(r->tokens.size(), 3u);  // each pass gave a token; the third was sampled, not decoded
 }
 

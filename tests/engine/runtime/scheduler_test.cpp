@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "counting_backend.h"
 #include "scheduler_test_util.h"
 
 namespace tandem {
@@ -30,29 +31,6 @@ TEST(scheduler, mixed_prefill_and_decode_passes) {
     EXPECT_EQ(res->tokens.size(), 16u);
   }
 }
-
-// Counts passes and the largest batch; can be told to fail.
-class counting_backend final : public backend {
- public:
-  explicit counting_backend(backend& inner) : inner_(inner) {}
-  std::string_view name() const override { return inner_.name(); }
-  const model_desc& model() const override { return inner_.model(); }
-  result<std::unique_ptr<kv_cache>> make_cache(const kv_cache_config& cfg) override { return inner_.make_cache(cfg); }
-  status forward(const batch& b, kv_cache& cache, std::vector<float>& logits) override {
-    ++forwards;
-    max_batch = std::max(max_batch.load(), b.size());
-    if (fail) return make_error("injected failure");
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms.load()));
-    return inner_.forward(b, cache, logits);
-  }
-  std::atomic<int> forwards{0};
-  std::atomic<size_t> max_batch{0};
-  std::atomic<bool> fail{false};
-  std::atomic<int> delay_ms{0};
-
- private:
-  backend& inner_;
-};
 
 TEST(scheduler, step_budget_bounds_every_pass) {
   auto e = make_engine("qwen3", 2);
