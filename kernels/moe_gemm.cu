@@ -49,34 +49,6 @@ struct gemm_params {
   const int32_t* tiles;
 };
 
-// Four consecutive weights (columns col .. col + 3) of a weight row, as floats.
-template <class Block>
-struct wsrc {
-  static __device__ __forceinline__ void load4(const uint8_t* row, int64_t col, float (&v)[4]) {
-    constexpr int qk = block_traits<Block>::qk;
-    const Block& b = reinterpret_cast<const Block*>(row)[col / qk];
-    dequant4(b, static_cast<int>(col % qk) / 4, v);
-  }
-};
-struct f32_w {};
-struct f16_w {};
-template <>
-struct wsrc<f32_w> {
-  static __device__ __forceinline__ void load4(const uint8_t* row, int64_t col, float (&v)[4]) {
-    const float4 f = __ldg(reinterpret_cast<const float4*>(row) + col / 4);
-    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
-  }
-};
-template <>
-struct wsrc<f16_w> {
-  static __device__ __forceinline__ void load4(const uint8_t* row, int64_t col, float (&v)[4]) {
-    const uint2 h = __ldg(reinterpret_cast<const uint2*>(row) + col / 4);
-    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&h.x));
-    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&h.y));
-    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
-  }
-};
-
 // The expert of row tile `tile`: the last e with tiles[e] <= tile (experts without rows have
 // tiles[e] == tiles[e + 1] and are never found). Requires tile < tiles[n_expert].
 __device__ int expert_of_tile(const int32_t* tiles, int n_expert, int tile) {
@@ -121,7 +93,7 @@ __device__ __forceinline__ void stage_b(const uint8_t* wbase, const gemm_params&
     const int c = threadIdx.x + k_threads * j, n = c / 8, q = c % 8;
     const uint8_t* row = wbase + min(n0 + n, p.n_out - 1) * p.row_bytes;
     float v[4];
-    wsrc<T>::load4(row, k0 + 4 * q, v);
+    row_src<T>::load4(row, k0 + 4 * q, v);
     const __half2 h0 = __floats2half2_rn(v[0], v[1]), h1 = __floats2half2_rn(v[2], v[3]);
     uint2 u;
     u.x = *reinterpret_cast<const uint32_t*>(&h0);

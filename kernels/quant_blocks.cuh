@@ -169,4 +169,33 @@ __device__ __forceinline__ void dequant4(const block_q6_k& b, int c, float (&y)[
   }
 }
 
+// Four consecutive weights (columns col .. col + 3, col % 4 == 0) of a GGUF weight row, as floats:
+// the GEMMs' tile loaders. Block types dequantize; f32_w and f16_w tag plain rows.
+template <class Block>
+struct row_src {
+  static __device__ __forceinline__ void load4(const uint8_t* row, int64_t col, float (&v)[4]) {
+    constexpr int qk = block_traits<Block>::qk;
+    const Block& b = reinterpret_cast<const Block*>(row)[col / qk];
+    dequant4(b, static_cast<int>(col % qk) / 4, v);
+  }
+};
+struct f32_w {};
+struct f16_w {};
+template <>
+struct row_src<f32_w> {
+  static __device__ __forceinline__ void load4(const uint8_t* row, int64_t col, float (&v)[4]) {
+    const float4 f = __ldg(reinterpret_cast<const float4*>(row) + col / 4);
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+  }
+};
+template <>
+struct row_src<f16_w> {
+  static __device__ __forceinline__ void load4(const uint8_t* row, int64_t col, float (&v)[4]) {
+    const uint2 h = __ldg(reinterpret_cast<const uint2*>(row) + col / 4);
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&h.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&h.y));
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+  }
+};
+
 }  // namespace tandem

@@ -1,10 +1,12 @@
 // `tandem-model bench --model F.gguf -p 512,2048 -n 128 -r 3 [-d 0,16384] [--ubatch 2048] [--kv f16|q8_0]
-// [--devices 0,1 [--ratios R]] [--json] [--profile]`. At each depth D (llama-bench's -d; default 0)
+// [-b 1,16,64] [--devices 0,1 [--ratios R]] [--json] [--profile]`. At each depth D (llama-bench's -d; default 0)
 // D tokens are first prefilled untimed and checkpointed; every repetition then starts from exactly
 // that cache (truncate restores it, recurrent state included). Prefill test ppN: N tokens at
 // positions D..D+N-1, in forwards of at most --ubatch tokens, each attending to what the previous
 // ones wrote; t/s is N over the time of all of them. Decode test tgN: N single-token forwards from
-// position D, greedy on the GPU. Decode is set against the device-to-device copy bandwidth ((weight
+// position D, greedy on the GPU; with batch B > 1 ("tgN bB"), B sequences (each prefilled to D)
+// decode together, one token each per forward (the serving scheduler's decode pass), and t/s is
+// B·N over the time. Decode is set against the device-to-device copy bandwidth ((weight
 // bytes + recurrent state bytes read and written + the K/V rows attention reads) per token × t/s),
 // prefill against the cuBLAS fp16 GEMM rate (2·params·N + attention FLOPs over D+i+1 keys for the
 // i-th token + DeltaNet rule FLOPs). Weight bytes and params are the active ones
@@ -41,6 +43,7 @@ struct bench_options {
   std::vector<int> prompt = {512};
   std::vector<int> gen = {128};
   std::vector<int> depth = {0};  // context already in the cache under each test (llama-bench -d)
+  std::vector<int> batch = {1};  // sequences decoding together in the tgN tests
   int ubatch = 2048;             // most tokens per prefill forward
   int reps = 3;
   int device = 0;
@@ -74,17 +77,19 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// Brings sequence 0 back to the depth's cache: the first `depth` tokens, the recurrent state as
-// checkpointed after them (depth 0: empty).
-void restore_depth(kv_cache& cache, int depth) {
-  if (cache.truncate(0, uint32_t(depth)) != uint32_t(depth))
-    fail("bench: the cache could not be brought back to depth " + std::to_string(depth));
+// Brings sequences 0 .. n_seq-1 back to the depth's cache: the first `depth` tokens, the
+// recurrent state as checkpointed after them (depth 0: empty).
+void restore_depth(kv_cache& cache, int depth, int n_seq = 1) {
+  for (int s = 0; s < n_seq; ++s)
+    if (cache.truncate(s, uint32_t(depth)) != uint32_t(depth))
+      fail("bench: the cache could not be brought back to depth " + std::to_string(depth));
 }
 
-// Appends n random tokens to sequence 0 at positions first..first+n-1 in forwards of at most
+// Appends n random tokens to sequence seq at positions first..first+n-1 in forwards of at most
 // ubatch tokens, each attending to the cache the previous ones wrote (logits for the very last
 // token only); returns seconds over all of them.
-double prefill_chunks(cuda_backend_api& be, kv_cache& cache, int first, int n, int ubatch, uint32_t seed) {
+double prefill_chunks(cuda_backend_api& be, kv_cache& cache, int first, int n, int ubatch, uint32_t seed,
+                      int seq = 0) {
   std::mt19937 rng(seed);
   std::vector<int32_t> tokens(size_t(std::max(n, 0)));
   for (auto& t : tokens) t = int32_t(rng() % be.n_vocab());
@@ -94,7 +99,7 @@ double prefill_chunks(cuda_backend_api& be, kv_cache& cache, int first, int n, i
   for (int c0 = 0; c0 < n; c0 += ubatch) {
     const int m = std::min(ubatch, n - c0);
     b.clear();
-    for (int i = c0; i < c0 + m; ++i) b.add(tokens[size_t(i)], 0, first + i, i + 1 == n);
+    for (int i = c0; i < c0 + m; ++i) b.add(tokens[size_t(i)], seq, first + i, i + 1 == n);
     auto s = be.forward_argmax(b, cache, ids);
     if (!s) fail(s.message());
   }
@@ -107,18 +112,19 @@ double run_prefill(cuda_backend_api& be, kv_cache& cache, int depth, int n, int 
   return prefill_chunks(be, cache, depth, n, ubatch, seed);
 }
 
-// n greedy single-token steps on top of the depth's cache; returns seconds.
-double run_decode(cuda_backend_api& be, kv_cache& cache, int depth, int n, uint32_t seed) {
-  restore_depth(cache, depth);
+// n greedy steps of n_seq sequences (one token each per forward) on top of the depth's cache;
+// returns seconds.
+double run_decode(cuda_backend_api& be, kv_cache& cache, int depth, int n, int n_seq, uint32_t seed) {
+  restore_depth(cache, depth, n_seq);
   batch b;
-  b.add(int32_t(seed % be.n_vocab()), 0, depth, true);
+  for (int s = 0; s < n_seq; ++s) b.add(int32_t((seed + 7919u * uint32_t(s)) % be.n_vocab()), s, depth, true);
   std::vector<int32_t> ids;
   const auto t0 = clock_type::now();
   for (int i = 0; i < n; ++i) {
-    auto s = be.forward_argmax(b, cache, ids);
-    if (!s) fail(s.message());
+    auto st = be.forward_argmax(b, cache, ids);
+    if (!st) fail(st.message());
     b.clear();
-    b.add(ids[0], 0, depth + i + 1, true);
+    for (int s = 0; s < n_seq; ++s) b.add(ids[size_t(s)], s, depth + i + 1, true);
   }
   return seconds_since(t0);
 }
@@ -192,9 +198,11 @@ void profile_report(const cuda_step_profile& p, const std::string& test, int64_t
   json[test] = groups;
 }
 
-// The test column: "pp512", or at a depth "pp2048 @ d16384" as llama-bench writes it.
-std::string test_name(const char* kind, int n, int depth) {
+// The test column: "pp512", or at a depth "pp2048 @ d16384" as llama-bench writes it; a decode
+// batch of B > 1 sequences adds " bB" ("tg128 b16").
+std::string test_name(const char* kind, int n, int depth, int n_seq = 1) {
   std::string t = kind + std::to_string(n);
+  if (n_seq > 1) t += " b" + std::to_string(n_seq);
   if (depth > 0) t += " @ d" + std::to_string(depth);
   return t;
 }
@@ -289,31 +297,39 @@ void run_prompt_test(bench_run& r, int depth, int p) {
               "fp16 GEMM");
 }
 
-void run_gen_test(bench_run& r, int depth, int n) {
-  run_decode(r.be, r.cache, depth, std::min(n, 8), 7);
+// A batch's step reads the weights once and each sequence's K/V and state: its bytes per step
+// over B tokens. Weight bytes count the dense ones (a MoE batch reads more experts than one
+// token's k, so its share is a lower bound there).
+void run_gen_test(bench_run& r, int depth, int n, int n_seq) {
+  run_decode(r.be, r.cache, depth, std::min(n, 8), n_seq, 7);
   r.profile.reset();
   std::vector<double> tps;
-  for (int i = 0; i < r.o.reps; ++i) tps.push_back(n / run_decode(r.be, r.cache, depth, n, 11 + i));
-  const std::string test = test_name("tg", n, depth);
-  if (r.o.profile) profile_report(r.profile, test, int64_t(n) * r.o.reps, r.profile_lines, r.profiles);
+  for (int i = 0; i < r.o.reps; ++i)
+    tps.push_back(double(n) * n_seq / run_decode(r.be, r.cache, depth, n, n_seq, 11 + uint32_t(i)));
+  const std::string test = test_name("tg", n, depth, n_seq);
+  if (r.o.profile) profile_report(r.profile, test, int64_t(n) * n_seq * r.o.reps, r.profile_lines, r.profiles);
   // Step i attends to depth + i + 1 keys: on average depth + (n + 1) / 2 K/V rows per token.
   const double kv = double(kv_bytes_per_key(r.d.hp, r.cache.config().type)) * (depth + (n + 1) / 2.0);
-  const double bytes = double(active_per_token(r.d).bytes + r.be.state_bytes_per_token()) + kv;
+  const double bytes =
+      double(active_per_token(r.d).bytes) / n_seq + double(r.be.state_bytes_per_token()) + kv;
   const double gbps = bytes * stats_of(tps).mean / 1e9;
   r.table.add(test, depth, tps, r.ceil.copy_gbps > 0 ? gbps / r.ceil.copy_gbps : -1, "copy BW");
 }
 
 // Every test at one depth: the depth's tokens prefilled untimed, in ubatch chunks, and
-// checkpointed, so each repetition starts from the same cache.
+// checkpointed in every sequence a batch uses, so each repetition starts from the same cache.
 void run_depth(bench_run& r, int depth) {
-  r.cache.clear(0);
-  if (depth > 0) {
-    const double s = prefill_chunks(r.be, r.cache, 0, depth, r.o.ubatch, 100 + uint32_t(depth));
-    if (auto c = r.cache.checkpoint(0); !c) fail(c.message());
-    std::fprintf(stderr, "depth %d: prefilled in %.2f s\n", depth, s);
+  const int n_seq = int(r.cache.config().n_seq_max);
+  for (int s = 0; s < n_seq; ++s) {
+    r.cache.clear(s);
+    if (depth == 0) continue;
+    const double sec = prefill_chunks(r.be, r.cache, 0, depth, r.o.ubatch, 100 + uint32_t(depth) + uint32_t(s), s);
+    if (auto c = r.cache.checkpoint(s); !c) fail(c.message());
+    if (s == 0) std::fprintf(stderr, "depth %d: prefilled in %.2f s (per sequence)\n", depth, sec);
   }
   for (int p : r.o.prompt) run_prompt_test(r, depth, p);
-  for (int n : r.o.gen) run_gen_test(r, depth, n);
+  for (int n : r.o.gen)
+    for (int b : r.o.batch) run_gen_test(r, depth, n, b);
 }
 
 // The cache holds the deepest depth plus the longest test.
@@ -324,6 +340,7 @@ kv_cache_config cache_config(const bench_options& o) {
   for (int dd : o.depth) deepest = std::max(deepest, dd);
   kv_cache_config cfg;
   cfg.n_ctx = uint32_t(deepest) + uint32_t(longest);
+  for (int b : o.batch) cfg.n_seq_max = std::max(cfg.n_seq_max, uint32_t(b));
   cfg.type = o.kv == "q8_0" ? ggml_type::q8_0 : o.kv == "f32" ? ggml_type::f32 : ggml_type::f16;
   return cfg;
 }
@@ -333,7 +350,8 @@ int test_width(const bench_options& o) {
   size_t w = 7;
   for (int dd : o.depth) {
     for (int p : o.prompt) w = std::max(w, test_name("pp", p, dd).size());
-    for (int n : o.gen) w = std::max(w, test_name("tg", n, dd).size());
+    for (int n : o.gen)
+      for (int b : o.batch) w = std::max(w, test_name("tg", n, dd, b).size());
   }
   return int(w);
 }
@@ -416,6 +434,12 @@ void add_bench_command(CLI::App& app) {
                   "\"pp2048 @ d16384\". Default 0 (an empty cache)")
       ->delimiter(',')
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-b,--batch", o->batch,
+                  "Sequences decoding together in the tgN tests, comma separated (default 1): B sequences, "
+                  "each prefilled to the depth, take one token each per forward, as the serving scheduler's "
+                  "decode passes do; t/s is all B sequences' tokens over the time (\"tg128 b16\")")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   cmd->add_option("-u,--ubatch", o->ubatch,
                   "Most tokens per prefill forward: longer prompts and depths go in chunks of this many, each "
                   "attending to the cache the previous chunks wrote, so a 64k prompt needs no 64k-token "

@@ -1,9 +1,32 @@
-// Batch validation and cache reservation shared by every backend.
+// Batch validation and cache reservation shared by every backend, and the host argmax that
+// backends without a device-side one use for forward_argmax.
 #include "backend/backend.h"
 
+#include <cfloat>
 #include <map>
 
 namespace tandem {
+
+// Sequential form of launch_argmax (kernels/layer_ops.cu): strictly greater replaces, so the
+// first of equal maxima stays; the -FLT_MAX start skips NaN, -inf and -FLT_MAX itself.
+int32_t argmax_logits(std::span<const float> row) {
+  float best = -FLT_MAX;
+  size_t at = row.size();
+  for (size_t i = 0; i < row.size(); ++i)
+    if (row[i] > best) best = row[i], at = i;
+  return at < row.size() ? int32_t(at) : 0;
+}
+
+status backend::forward_argmax(const batch& b, kv_cache& cache, std::vector<int32_t>& ids) {
+  // A local buffer rather than a member: the default adds no state to the backend, and a host
+  // backend's forward costs far more than the allocation.
+  std::vector<float> logits;
+  TANDEM_TRY(forward(b, cache, logits));
+  const size_t V = n_vocab();
+  ids.resize(V == 0 ? 0 : logits.size() / V);
+  for (size_t r = 0; r < ids.size(); ++r) ids[r] = argmax_logits(std::span<const float>(logits).subspan(r * V, V));
+  return {};
+}
 
 status validate_batch(const batch& b, const kv_cache& cache, uint32_t n_vocab) {
   const size_t n = b.tokens.size();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -30,7 +31,18 @@ class backend {
   // per token whose want_logits is set, in batch order. Bad input (token id, sequence id,
   // positions, context limit) is an error and leaves the cache unchanged.
   virtual status forward(const batch& b, kv_cache& cache, std::vector<float>& logits) = 0;
+
+  // As forward(), but `ids` receives each logits row's argmax_logits() instead of the row, in
+  // the same order: greedy decoding without moving n_vocab floats per token off the device.
+  // This default runs forward() into a buffer of its own and picks on the host; the CUDA
+  // backend keeps the logits on the GPU.
+  virtual status forward_argmax(const batch& b, kv_cache& cache, std::vector<int32_t>& ids);
 };
+
+// The greedy pick of one logits row, as every forward_argmax() makes it (the CUDA argmax kernel
+// scans the same way): the highest logit, among equals the lowest id; NaN never wins, and a row
+// with nothing above -FLT_MAX gives 0.
+int32_t argmax_logits(std::span<const float> row);
 
 // Checks a batch against the cache and the vocabulary, the way every backend must before running.
 status validate_batch(const batch& b, const kv_cache& cache, uint32_t n_vocab);

@@ -41,15 +41,24 @@ class watched_backend final : public backend {
   const model_desc& model() const override { return inner_.model(); }
   result<std::unique_ptr<kv_cache>> make_cache(const kv_cache_config& cfg) override { return inner_.make_cache(cfg); }
   status forward(const batch& b, kv_cache& cache, std::vector<float>& logits) override {
+    return watched([&] { return inner_.forward(b, cache, logits); });
+  }
+  // Passed on too, or the scheduler's greedy passes would fall back to the host default.
+  status forward_argmax(const batch& b, kv_cache& cache, std::vector<int32_t>& ids) override {
+    return watched([&] { return inner_.forward_argmax(b, cache, ids); });
+  }
+
+ private:
+  template <class F>
+  status watched(F pass) {
     struct scope {
       forward_watch& w;
       ~scope() { w.leave(); }
     } s{watch_};
     watch_.enter();
-    return inner_.forward(b, cache, logits);
+    return pass();
   }
 
- private:
   backend& inner_;
   forward_watch& watch_;
 };

@@ -68,9 +68,11 @@ token_stream::token_stream(const generate_params& params, token_text_fn token_te
   for (int32_t t : prompt) smp_.accept(t);
 }
 
-token_step token_stream::next(std::span<const float> logits) {
+token_step token_stream::next(std::span<const float> logits) { return next_token(smp_.sample(logits)); }
+
+token_step token_stream::next_token(int32_t token) {
   token_step st;
-  st.token = smp_.sample(logits);
+  st.token = token;
   smp_.accept(st.token);
   if (std::find(stop_tokens_.begin(), stop_tokens_.end(), st.token) != stop_tokens_.end()) {
     st.stop_token = true;
@@ -107,7 +109,13 @@ result<generate_result> generate(backend& be, kv_cache& cache, int32_t seq,
   generate_result res;
   res.n_prompt = prompt.size();
 
+  token_stream out(params, token_text, prompt);
+  // Greedy: the backend picks each token (on a GPU no logits row leaves the device).
   std::vector<float> logits;
+  std::vector<int32_t> ids;
+  const auto pass = [&](const batch& b) {
+    return out.greedy() ? be.forward_argmax(b, cache, ids) : be.forward(b, cache, logits);
+  };
   auto t0 = std::chrono::steady_clock::now();
   const size_t chunk = std::max<uint32_t>(1, params.n_batch);
   const auto stop_now = [&] { return params.cancelled && params.cancelled(); };
@@ -121,7 +129,7 @@ result<generate_result> generate(backend& be, kv_cache& cache, int32_t seq,
     batch b;
     const size_t end = std::min(prompt.size(), start + chunk);
     for (size_t i = start; i < end; ++i) b.add(prompt[i], seq, int32_t(i), i + 1 == prompt.size());
-    status s = be.forward(b, cache, logits);
+    status s = pass(b);
     if (!s) {
       cache.clear(seq);
       return s.err();
@@ -130,7 +138,6 @@ result<generate_result> generate(backend& be, kv_cache& cache, int32_t seq,
   res.prefill_seconds = res.first_token_seconds = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
 
-  token_stream out(params, token_text, prompt);
   auto emit = [&](const std::string& text) {
     if (text.empty()) return true;
     res.text += text;
@@ -138,7 +145,7 @@ result<generate_result> generate(backend& be, kv_cache& cache, int32_t seq,
   };
   res.reason = stop_reason::max_tokens;
   for (int32_t n = 0; params.max_tokens < 0 || n < params.max_tokens; ++n) {
-    token_step st = out.next(logits);
+    token_step st = out.greedy() ? out.next_token(ids.at(0)) : out.next(logits);
     res.tokens.push_back(st.token);
     if (st.stop_token) {
       res.reason = stop_reason::stop_token;
@@ -163,7 +170,7 @@ result<generate_result> generate(backend& be, kv_cache& cache, int32_t seq,
     }
     batch b;
     b.add(st.token, seq, int32_t(cache.length(seq)), true);
-    TANDEM_TRY(be.forward(b, cache, logits));
+    TANDEM_TRY(pass(b));
   }
   if (res.reason != stop_reason::stop_string && res.reason != stop_reason::cancelled) emit(out.flush());
   res.decode_seconds = seconds_since(t0);

@@ -48,6 +48,7 @@ using text_fn = std::function<bool(std::string_view)>;
 
 // Clears sequence `seq` in the cache, prefills `prompt` and generates. Errors come from the
 // backend (bad token ids, a prompt longer than the context) and leave no partial output.
+// A greedy request (sampler::greedy) takes its tokens from be.forward_argmax.
 result<generate_result> generate(backend& be, kv_cache& cache, int32_t seq,
                                  std::span<const int32_t> prompt, const generate_params& params,
                                  const token_text_fn& token_text, const text_fn& on_text);
@@ -84,7 +85,11 @@ struct token_step {
 class token_stream {
  public:
   token_stream(const generate_params& params, token_text_fn token_text, std::span<const int32_t> prompt);
-  token_step next(std::span<const float> logits);
+  token_step next(std::span<const float> logits);  // samples, then next_token
+  // What the token does once picked: into the penalty window, then stop tokens, UTF-8 holdback
+  // and stop strings. For a token picked elsewhere (a backend's argmax when greedy()).
+  token_step next_token(int32_t token);
+  bool greedy() const { return smp_.greedy(); }  // see sampler::greedy
   std::string flush();  // what is held back, when the generation ends other than by a stop string
 
  private:

@@ -95,6 +95,14 @@ void sampler::accept(int32_t token) {
     while (recent_.size() > size_t(params_.penalty_last_n)) recent_.pop_front();
 }
 
+bool sampler::greedy() const {
+  const sampling_params& p = params_;
+  // An empty window (penalty_last_n 0) makes apply_penalties return at once, whatever they are.
+  const bool no_penalty = p.penalty_last_n == 0 ||
+                          (p.repeat_penalty == 1.f && p.presence_penalty == 0.f && p.frequency_penalty == 0.f);
+  return p.temperature <= 0.f && no_penalty;
+}
+
 double sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
 
 int32_t sampler::sample(std::span<const float> logits) {

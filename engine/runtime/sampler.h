@@ -44,6 +44,12 @@ class sampler {
   int32_t sample(std::span<const float> logits);
   void accept(int32_t token);  // adds to the penalty window
   void reset();                // clears the window and reseeds
+  // True when sample() is the argmax of the raw logits for every token of the generation
+  // (temperature <= 0 and no penalty that could move a logit), so a backend may pick the token
+  // itself (backend::forward_argmax; the two differ only on broken rows: a NaN at id 0, which
+  // sample() keeps and argmax_logits skips, or nothing above -FLT_MAX). Decided by the
+  // parameters alone, never by the window.
+  bool greedy() const;
 
   const sampling_params& params() const { return params_; }
 

@@ -236,15 +236,15 @@ void scheduler::fail(slot& s, const error& e) {
   if (q->on_done) q->on_done(e);
 }
 
-// One sampled token for a slot: the generation loop's rules, in generate()'s order.
-void scheduler::after_logits(slot& s, std::span<const float> logits) {
+// One picked token for a slot (token_stream's step already taken): the generation loop's rules,
+// in generate()'s order.
+void scheduler::after_token(slot& s, const token_step& st) {
   const auto now = clock_type::now();
   if (s.n_generated == 0) {
     s.first = now;
     s.res.prefill_seconds = seconds(s.started, now);
     s.res.first_token_seconds = seconds(s.req->submitted, now);
   }
-  token_step st = s.out->next(logits);
   ++s.n_generated;
   s.res.tokens.push_back(st.token);
   s.next = -1;
@@ -339,7 +339,11 @@ bool scheduler::step() {
   plan_pass(b, rows, fed);
   if (b.size() == 0) return false;
   ++clock_;
-  const status st = be_.forward(b, cache_, logits_);
+  // Every row greedy: the backend takes each row's argmax where the logits are, and nothing
+  // n_vocab wide is copied (a prefill-only pass, with no rows, goes this way too). One sampled
+  // row: all rows come to the host.
+  const bool argmax = std::all_of(rows.begin(), rows.end(), [](const slot* s) { return s->out->greedy(); });
+  const status st = argmax ? be_.forward_argmax(b, cache_, ids_) : be_.forward(b, cache_, logits_);
   {
     std::lock_guard lk(mu_);
     ++counts_.steps;
@@ -359,7 +363,8 @@ bool scheduler::step() {
   for (size_t r = 0; r < rows.size(); ++r) {
     slot& s = *rows[r];
     if (s.decoding()) s.cached.push_back(s.next);
-    after_logits(s, std::span<const float>(logits_).subspan(r * V, V));
+    after_token(s, argmax ? s.out->next_token(ids_[r])
+                          : s.out->next(std::span<const float>(logits_).subspan(r * V, V)));
   }
   return true;
 }

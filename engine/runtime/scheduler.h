@@ -4,7 +4,8 @@
 // the others' next token by at most one chunk. A prompt is cut at the same positions (multiples
 // of the chunk) whatever shares its passes, so its numbers do not depend on the company it keeps. Requests beyond the slots wait in FIFO
 // order; a finished sequence's KV stays in its slot, and a later prompt sharing its prefix starts
-// there (prefix reuse).
+// there (prefix reuse). A pass whose logits rows are all greedy takes the backend's argmax of
+// each (nothing n_vocab wide leaves the device); one sampled row makes it copy them all.
 #pragma once
 
 #include <condition_variable>
@@ -78,7 +79,7 @@ class scheduler {
   void admit();
   void finish(slot& s, stop_reason why);
   void fail(slot& s, const error& e);
-  void after_logits(slot& s, std::span<const float> logits);
+  void after_token(slot& s, const token_step& st);
   size_t choose_slot(const std::vector<int32_t>& prompt) const;
 
   backend& be_;
@@ -96,7 +97,8 @@ class scheduler {
 
   // Scheduler thread only.
   std::vector<slot> slots_;
-  std::vector<float> logits_;
+  std::vector<float> logits_;  // a pass's rows when one of them is sampled
+  std::vector<int32_t> ids_;   // the backend's argmax of each row when all are greedy
   uint64_t clock_ = 0;  // steps, for least-recently-used slot choice
   std::thread thread_;
 };

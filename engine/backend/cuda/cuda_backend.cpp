@@ -19,6 +19,7 @@
 #include "kernels/layer_ops.h"
 #include "kernels/matvec.h"
 #include "kernels/moe.h"
+#include "kernels/qgemm.h"
 
 namespace tandem {
 namespace {
@@ -48,7 +49,6 @@ status cuda_backend::init(const cuda_backend_options& opt) {
   head_int8_ = head && std::string_view(head) == "1";
   const char* head_float = std::getenv("TANDEM_CUDA_HEAD_FLOAT");
   head_float_ = head_float && std::string_view(head_float) == "1";
-  if (const char* g = std::getenv("TANDEM_MATVEC_GROUP_MAX")) matvec_group_max_ = std::max(0, std::atoi(g));
   TANDEM_TRY(upload_weights(desc_, *ctx_, opt.staging_bytes, range_, w_, stats_));
   TANDEM_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   bytes_per_token_ = range_.head ? desc_.output->n_bytes : 0;
@@ -60,6 +60,7 @@ status cuda_backend::init(const cuda_backend_options& opt) {
                                    &L.up_shexp, &L.down_shexp}) {
       bytes_per_token_ += m->row_bytes * uint64_t(m->n_out);
       largest = std::max<int64_t>(largest, m->n_in * m->n_out);
+      qgemm_floats_ = std::max(qgemm_floats_, qgemm_work_bytes(m->n_in, m->n_out, 1) / sizeof(float));
     }
     // A token reads k of the n_expert experts' rows (plan/active_weights.h counts the same).
     for (const device_matrix* m : {&L.gate_exps, &L.up_exps, &L.down_exps})
@@ -180,7 +181,7 @@ status cuda_backend::prepare(const batch& b, const kv_cache& book) {
 status cuda_backend::launch_step(cuda_kv_cache& cache, bool argmax) {
   // Decode-sized steps without prefill runs (flash attention) are the repeated ones worth a graph:
   // one sequence's, or a batch of sequences' next tokens (the mat-vec path's sizes).
-  if (use_graphs_ && plan_.n_tok <= std::max(k_matvec_max_tokens, matvec_group_max_) && plan_.runs.empty())
+  if (use_graphs_ && plan_.n_tok <= k_qgemm_max_tokens && plan_.runs.empty())
     return graphs_.run(step_key(cache, argmax), ctx_->stream(), [&] { return enqueue(cache, argmax); });
   return enqueue(cache, argmax);
 }
@@ -245,6 +246,7 @@ status cuda_backend::ensure_scratch(int n) {
   const size_t widest = std::max({E, QD, F, size_t(delta_net_of(hp).value_dim())});
   TANDEM_TRY(xh_.alloc(T * widest * sizeof(uint16_t)));
   TANDEM_TRY(matvec_work_.alloc(matvec_work_bytes(int64_t(widest), std::min(n, k_matvec_max_tokens))));
+  TANDEM_TRY(qgemm_work_.alloc(qgemm_floats_ * size_t(std::min(n, k_qgemm_max_tokens)) * f));
   TANDEM_TRY(ensure_hybrid_scratch(n));
   TANDEM_TRY(ensure_moe_scratch(n));
   scratch_tokens_ = n;
@@ -258,43 +260,44 @@ status cuda_backend::ensure_scratch(int n) {
 // and TANDEM_CUDA_HEAD_FLOAT=1 the float path (to measure what each costs).
 status cuda_backend::output_head(const float* x, int n_tok, float* y) {
   const device_matrix& w = w_.output;
-  if (head_int8_ || n_tok > std::max(k_matvec_max_tokens, matvec_group_max_) || !gpu_can_matvec(w.type) ||
-      w.n_in % 32 != 0)
+  if (head_int8_ || n_tok > k_matvec_max_tokens || !gpu_can_matvec(w.type) || w.n_in % 32 != 0)
     return matmul(w, x, n_tok, y);
   const cudaStream_t s = ctx_->stream();
   const int fine = k_matvec_max_tokens / 2;
   const bool use_fine = !head_float_ && matvec_work_bytes(w.n_in, 2 * fine) <= matvec_work_.size();
-  if (n_tok <= k_matvec_max_tokens) {
-    if (use_fine && n_tok <= fine)
-      TANDEM_CUDA_TRY(launch_matvec_fine_x(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, matvec_work_.get(), s));
-    else
-      TANDEM_CUDA_TRY(launch_matvec_float_x(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, s));
+  if (use_fine && n_tok <= fine)
+    TANDEM_CUDA_TRY(launch_matvec_fine_x(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, matvec_work_.get(), s));
+  else
+    TANDEM_CUDA_TRY(launch_matvec_float_x(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, s));
+  return {};
+}
+
+// Decode batches of 9..64 tokens (many sequences' next tokens): the decode-batch GEMM reads
+// each weight once, from its GGUF blocks. done: false when the batch or matrix does not suit it.
+status cuda_backend::try_qgemm(const device_matrix& w, const float* x, int n_tok, float* y, bool add, bool& done) {
+  done = false;
+  if (n_tok <= k_matvec_max_tokens || n_tok > k_qgemm_max_tokens || !gpu_can_qgemm(w.type) ||
+      w.n_in % k_qgemm_k_step != 0 || qgemm_work_bytes(w.n_in, w.n_out, n_tok) > qgemm_work_.size())
     return {};
-  }
-  // Batched decode past one launch's tokens (TANDEM_MATVEC_GROUP_MAX): groups of the finer kind.
-  const int group = use_fine ? fine : k_matvec_max_tokens;
-  for (int t0 = 0; t0 < n_tok; t0 += group) {
-    const int n = std::min(group, n_tok - t0);
-    const float* xg = x + int64_t(t0) * w.n_in;
-    float* yg = y + int64_t(t0) * w.n_out;
-    TANDEM_CUDA_TRY(use_fine ? launch_matvec_fine_x(w.type, w.data, w.n_in, w.n_out, xg, n, yg, matvec_work_.get(), s)
-                             : launch_matvec_float_x(w.type, w.data, w.n_in, w.n_out, xg, n, yg, s));
-  }
+  const cudaStream_t s = ctx_->stream();
+  auto* xh = xh_.get<uint16_t>();
+  TANDEM_CUDA_TRY(launch_to_f16(x, xh, int64_t(n_tok) * w.n_in, s));
+  TANDEM_CUDA_TRY(launch_qgemm(w.type, w.data, w.n_in, w.n_out, xh, n_tok, y, add, qgemm_work_.get(), s));
+  done = true;
   return {};
 }
 
 status cuda_backend::matmul(const device_matrix& w, const float* x, int n_tok, float* y) {
   const cudaStream_t s = ctx_->stream();
-  // Batched decode (many sequences' next tokens, a few prompt tokens): mat-vecs of up to 8 tokens
-  // each read the weights once, where the GEMM path writes and reads a whole fp16 copy of them.
-  if (n_tok <= std::max(k_matvec_max_tokens, matvec_group_max_) && gpu_can_matvec(w.type) && w.n_in % 32 == 0) {
-    for (int t0 = 0; t0 < n_tok; t0 += k_matvec_max_tokens) {
-      const int n = std::min(k_matvec_max_tokens, n_tok - t0);
-      TANDEM_CUDA_TRY(launch_matvec(w.type, w.data, w.n_in, w.n_out, x + int64_t(t0) * w.n_in, n,
-                                    y + int64_t(t0) * w.n_out, matvec_work_.get(), s));
-    }
+  // Decode-sized steps (a few sequences' next tokens): the mat-vec reads the weights once, where
+  // the GEMM path writes and reads a whole fp16 copy of them; larger decode batches, try_qgemm.
+  if (n_tok <= k_matvec_max_tokens && gpu_can_matvec(w.type) && w.n_in % 32 == 0) {
+    TANDEM_CUDA_TRY(launch_matvec(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, matvec_work_.get(), s));
     return {};
   }
+  bool done = false;
+  TANDEM_TRY(try_qgemm(w, x, n_tok, y, false, done));
+  if (done) return {};
   // GEMM path: fp16 activations and weight tiles, fp32 accumulation, y[t][o] row-major.
   auto* xh = xh_.get<uint16_t>();
   TANDEM_CUDA_TRY(launch_to_f16(x, xh, int64_t(n_tok) * w.n_in, s));
@@ -335,6 +338,9 @@ status cuda_backend::matmul_fused(std::initializer_list<matmul_job> jobs, const 
       TANDEM_TRY(matmul(*j.w, x, n_tok, j.y));
       continue;
     }
+    bool done = false;
+    TANDEM_TRY(try_qgemm(*j.w, x, n_tok, j.y, true, done));
+    if (done) continue;
     float* tmp = tmp_.get<float>();  // sized for n_embd outputs: only wo and down add
     TANDEM_TRY(matmul(*j.w, x, n_tok, tmp));
     TANDEM_CUDA_TRY(launch_add(j.y, tmp, int64_t(n_tok) * j.w->n_out, ctx_->stream()));

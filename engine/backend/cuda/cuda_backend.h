@@ -63,9 +63,10 @@ class cuda_backend_api : public backend {
   // Recurrent state bytes one decode token reads and writes (hybrid models: its sequence's conv
   // inputs and S in every DeltaNet layer, read once and written once); 0 for attention-only models.
   virtual uint64_t state_bytes_per_token() const { return 0; }
-  // As forward(), but keeps the logits on the GPU and returns each wanted row's argmax
-  // (greedy sampling without copying n_vocab floats per token over PCIe).
-  virtual status forward_argmax(const batch& b, kv_cache& cache, std::vector<int32_t>& ids) = 0;
+  // The interface's forward_argmax, which every CUDA backend must implement on the GPU: the
+  // logits stay on the device and only each wanted row's argmax is copied back (greedy sampling
+  // without n_vocab floats per token over PCIe).
+  status forward_argmax(const batch& b, kv_cache& cache, std::vector<int32_t>& ids) override = 0;
   // Forward steps so far that replayed a captured CUDA graph instead of launching kernels.
   virtual uint64_t graph_replays() const = 0;
 };

@@ -88,6 +88,7 @@ class cuda_backend final : public cuda_stage {
   status attention(uint32_t il, cuda_kv_cache& cache, bool quantize_out = false);
   status attention_runs(uint32_t il, cuda_kv_cache& cache);
   status matmul(const device_matrix& w, const float* x, int n_tok, float* y);
+  status try_qgemm(const device_matrix& w, const float* x, int n_tok, float* y, bool add, bool& done);
   status output_head(const float* x, int n_tok, float* y);
   struct matmul_job {
     const device_matrix* w;
@@ -131,6 +132,8 @@ class cuda_backend final : public cuda_stage {
   device_buffer x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, xh_, xo_, logits_;
   device_buffer weight_tile_, attn_work_;
   device_buffer matvec_work_;  // int8 copy of a mat-vec's x (launch_matvec's workspace)
+  device_buffer qgemm_work_;   // the decode-batch GEMM's partial sums (kernels/qgemm.h)
+  size_t qgemm_floats_ = 0;    // their floats per token for this device's largest need
   // Hybrid models: wq's output [q, gate] and the gate; the DeltaNet's qkv, conv output u, z, the
   // gate inputs b and a, the gates g and beta, the rule's output o and the gated norm's y.
   device_buffer qg_, attn_gate_, dn_qkv_, dn_u_, dn_z_, dn_b_, dn_a_, dn_o_, dn_y_;
@@ -143,10 +146,6 @@ class cuda_backend final : public cuda_stage {
   bool use_graphs_ = true;
   bool head_int8_ = false;   // TANDEM_CUDA_HEAD_INT8=1: the head reads the int8 copy of x
   bool head_float_ = false;  // TANDEM_CUDA_HEAD_FLOAT=1: the head reads x as floats
-  // Batched decode: up to this many tokens go through mat-vecs of 8 tokens each (reading the
-  // weights once per 8) instead of the fp16 GEMM path, and run as CUDA graphs. Off (8) until it
-  // is measured on a GPU; TANDEM_MATVEC_GROUP_MAX=32 turns it on.
-  int matvec_group_max_ = 8;  // kernels/matvec.h k_matvec_max_tokens
   cuda_step_profile* profile_ = nullptr;  // bench --profile: times per launch group
   status mark(const char* label) { return profile_ ? profile_->mark(label, ctx_->stream()) : status{}; }
   weight_range range_;

@@ -1,5 +1,9 @@
-// KV cache bookkeeping: block allocation, truncation, the context limit and batch validation.
+// KV cache bookkeeping: block allocation, truncation, the context limit and batch validation;
+// and the backend interface's default forward_argmax (the host pick a CPU backend uses).
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
 
 #include "backend/backend.h"
 
@@ -94,6 +98,78 @@ TEST(kv_cache, batch_validation) {
   ASSERT_FALSE(s2.ok());
   EXPECT_NE(s2.message().find("context limit"), std::string::npos);
   EXPECT_EQ(kc.length(1), 1u);
+}
+
+// forward() hands out fixed rows, one per wanted token in turn; forward_argmax is the default.
+class fixed_logits_backend final : public backend {
+ public:
+  explicit fixed_logits_backend(std::vector<std::vector<float>> rows) : rows_(std::move(rows)) {
+    desc_.hp.n_vocab = uint32_t(rows_.front().size());
+  }
+  std::string_view name() const override { return "fixed"; }
+  const model_desc& model() const override { return desc_; }
+  result<std::unique_ptr<kv_cache>> make_cache(const kv_cache_config&) override {
+    return make_error("fixed backend makes no cache");
+  }
+  status forward(const batch& b, kv_cache& cache, std::vector<float>& logits) override {
+    ++forwards;
+    TANDEM_TRY(reserve_batch(b, cache, n_vocab()));
+    logits.clear();
+    size_t r = 0;
+    for (auto want : b.want_logits)
+      if (want) {
+        const auto& row = rows_[r++ % rows_.size()];
+        logits.insert(logits.end(), row.begin(), row.end());
+      }
+    return {};
+  }
+  int forwards = 0;
+
+ private:
+  std::vector<std::vector<float>> rows_;
+  model_desc desc_;
+};
+
+TEST(backend, default_forward_argmax_takes_each_rows_greedy_pick) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  fixed_logits_backend be({
+      {1.f, 3.f, 3.f, 0.f, 2.f},        // equal maxima: the lowest id, as the greedy sampler picks
+      {nan, 1.f, 2.f, 2.f, -inf},       // NaN never wins (the CUDA kernel skips it too)
+      {-inf, -inf, -inf, -inf, -inf},   // nothing above -FLT_MAX: 0, as the kernel answers
+      {0.f, 0.f, 0.f, 0.f, 7.f},        // the last id
+      {-5.f, -4.f, inf, inf, -1.f},     // +inf ties like any other value
+  });
+  kv_cache_config cfg;
+  cfg.n_ctx = 8;
+  cfg.n_seq_max = 2;
+  host_cache kc(*normalize_kv_config(cfg));
+  batch b;  // two sequences interleaved, five of six tokens wanting logits
+  b.add(1, 0, 0, true);
+  b.add(2, 1, 0, false);
+  b.add(3, 1, 1, true);
+  b.add(4, 0, 1, true);
+  b.add(0, 1, 2, true);
+  b.add(1, 0, 2, true);
+  std::vector<int32_t> ids = {99};
+  ASSERT_TRUE(be.forward_argmax(b, kc, ids).ok());
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 2, 0, 4, 2}));
+  EXPECT_EQ(be.forwards, 1);
+  EXPECT_EQ(kc.length(0), 3u);  // the pass ran: the cache grew
+
+  batch no_rows;  // a prefill chunk wanting no logits gives no ids
+  no_rows.add(1, 0, 3, false);
+  ASSERT_TRUE(be.forward_argmax(no_rows, kc, ids).ok());
+  EXPECT_TRUE(ids.empty());
+
+  batch bad;  // forward's error comes through, the cache unchanged
+  bad.add(5, 0, 4, true);
+  auto s = be.forward_argmax(bad, kc, ids);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("outside the vocabulary"), std::string::npos) << s.message();
+  EXPECT_EQ(kc.length(0), 4u);
+
+  EXPECT_EQ(argmax_logits({}), 0);
+  EXPECT_EQ(argmax_logits(std::vector<float>{-2.f, -1.f, -1.f}), 1);
 }
 
 }  // namespace

@@ -164,6 +164,77 @@ TEST(generator, cancel_flag_stops_decoding_without_text_callback) {
   EXPECT_EQ(r->tokens.size(), 3u);  // each pass gave a token; the third was sampled, not decoded
 }
 
+// A greedy generation takes every token from forward_argmax (no logits row copied); a sampled
+// one whose filters leave only the best token (top_k 1) reads the logits and gives the same.
+TEST(generator, greedy_uses_forward_argmax_and_matches_sampling_the_logits) {
+  auto e = make_engine();
+  counting_backend be(*e.be);
+  generate_params gp;
+  gp.sampling.temperature = 0;
+  gp.max_tokens = 8;
+  gp.n_batch = 4;  // the 6-token prompt takes two passes
+  auto greedy = generate(be, *e.cache, 0, k_prompt, gp, text_of, {});
+  ASSERT_TRUE(greedy.ok()) << greedy.message();
+  EXPECT_EQ(be.logits_passes.load(), 0);
+  EXPECT_EQ(be.argmax_passes.load(), 2 + 7);  // prefill, then a pass per token but the last
+  be.argmax_passes = 0;
+  gp.sampling.temperature = 0.8f;
+  gp.sampling.top_k = 1;
+  auto sampled = generate(be, *e.cache, 0, k_prompt, gp, text_of, {});
+  ASSERT_TRUE(sampled.ok()) << sampled.message();
+  EXPECT_EQ(be.argmax_passes.load(), 0);
+  EXPECT_EQ(be.logits_passes.load(), 2 + 7);
+  EXPECT_EQ(sampled->tokens, greedy->tokens);
+  EXPECT_EQ(sampled->text, greedy->text);
+}
+
+// next(logits) is the sampler's pick then next_token: the same token, text and stops, and the
+// token goes into the penalty window either way.
+TEST(generator, next_token_equals_next_on_the_same_logits) {
+  generate_params gp;
+  gp.sampling.temperature = 0;
+  gp.stop_tokens = {42};
+  gp.stop_strings = {"<3><8>"};
+  // Rows whose greedy pick runs 5, 12, 3, 8: a stop string held back over two tokens. Each
+  // row has its maximum twice; the lower id wins.
+  std::vector<std::vector<float>> rows;
+  for (int32_t t : {5, 12, 3, 8, 42}) {
+    std::vector<float> row(64, 0.f);
+    row[size_t(t)] = row[size_t(t) + 7] = 2.f;
+    rows.push_back(row);
+  }
+  token_stream a(gp, text_of, k_prompt), b(gp, text_of, k_prompt);
+  ASSERT_TRUE(a.greedy() && b.greedy());
+  std::vector<int32_t> picked;
+  for (const auto& row : rows) {
+    const token_step x = a.next(row), y = b.next_token(argmax_logits(row));
+    EXPECT_EQ(x.token, y.token);
+    EXPECT_EQ(x.text, y.text);
+    EXPECT_EQ(x.stop_token, y.stop_token);
+    EXPECT_EQ(x.stop_string, y.stop_string);
+    picked.push_back(y.token);
+    if (y.stop_string) break;
+  }
+  EXPECT_EQ(picked, (std::vector<int32_t>{5, 12, 3, 8}));  // the stop string ended it
+  EXPECT_EQ(a.flush(), b.flush());
+
+  // With a repeat penalty (not greedy()) b feeds every other token through next_token: its
+  // window must hold them, or its next pick repeats what a's penalty steers away from.
+  generate_params pp;
+  pp.sampling.temperature = 0;
+  pp.sampling.repeat_penalty = 1.5f;
+  const std::vector<float> row = {2.f, 1.9f, 1.8f, 1.7f, 0.f};
+  token_stream c(pp, text_of, {}), d(pp, text_of, {});
+  EXPECT_FALSE(c.greedy());
+  for (int i = 0; i < 4; ++i) {
+    const token_step x = c.next(row);
+    const token_step y = i % 2 == 0 ? d.next(row) : d.next_token(x.token);
+    EXPECT_EQ(x.token, i) << i;  // each pick pushes the next best ahead
+    EXPECT_EQ(y.token, x.token) << i;
+    EXPECT_EQ(y.text, x.text) << i;
+  }
+}
+
 TEST(generator, utf8_prefix_holds_back_partial_characters) {
   EXPECT_EQ(utf8_complete_prefix("abc"), 3u);
   EXPECT_EQ(utf8_complete_prefix("a\xE2\x82"), 1u);      // € missing its last byte

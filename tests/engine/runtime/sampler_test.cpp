@@ -1,9 +1,12 @@
-// Sampler: determinism per seed, greedy, and the effect of each filter and penalty.
+// Sampler: determinism per seed, greedy (and when it reduces to the backend's argmax), and the
+// effect of each filter and penalty.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
+#include "backend/backend.h"
 #include "runtime/sampler.h"
 #include "tiny_model.h"
 
@@ -48,6 +51,48 @@ TEST(sampler, greedy_is_argmax) {
   p.temperature = 0;
   sampler s(p);
   EXPECT_EQ(s.sample(logits), std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+TEST(sampler, greedy_needs_zero_temperature_and_no_active_penalty) {
+  sampling_params p;
+  EXPECT_FALSE(sampler(p).greedy());  // the defaults sample at 0.8
+  p.temperature = 0;
+  EXPECT_TRUE(sampler(p).greedy());
+  p.temperature = -1;
+  EXPECT_TRUE(sampler(p).greedy());
+  p.top_k = 1, p.top_p = 0.5f, p.min_p = 0.5f, p.seed = 9;  // filters do not matter when greedy
+  EXPECT_TRUE(sampler(p).greedy());
+  for (int which = 0; which < 3; ++which) {
+    sampling_params q;
+    q.temperature = 0;
+    if (which == 0) q.repeat_penalty = 1.1f;
+    if (which == 1) q.presence_penalty = 0.5f;
+    if (which == 2) q.frequency_penalty = 0.5f;
+    EXPECT_FALSE(sampler(q).greedy()) << which;
+    q.penalty_last_n = 0;  // an empty window: the penalty never applies
+    EXPECT_TRUE(sampler(q).greedy()) << which;
+  }
+  p.temperature = 0.01f;
+  EXPECT_FALSE(sampler(p).greedy());
+}
+
+// When greedy(), sample() is the backend's argmax_logits whatever the window holds: the same
+// tie rule (the lowest of equal ids) on rows full of ties.
+TEST(sampler, greedy_sample_equals_backend_argmax) {
+  sampling_params p;
+  p.temperature = 0;
+  p.repeat_penalty = 1.5f;
+  p.penalty_last_n = 0;
+  sampler s(p);
+  ASSERT_TRUE(s.greedy());
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    auto row = test::random_floats(64, seed, -3, 3);
+    for (auto& x : row) x = std::round(x);  // seven values over 64 ids: the maximum is shared
+    const int32_t pick = s.sample(row);
+    EXPECT_EQ(pick, argmax_logits(row)) << seed;
+    s.accept(pick);
+  }
+  EXPECT_EQ(s.sample(std::vector<float>{1.f, 3.f, 0.f, 3.f}), 1);
 }
 
 TEST(sampler, top_k_keeps_the_k_largest) {

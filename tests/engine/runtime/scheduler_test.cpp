@@ -1,11 +1,13 @@
 // The serving scheduler on tiny models (CPU backend): batched greedy generations equal to the
 // same requests run alone, FIFO waiting beyond the slots, cancel and a refusing sink freeing a
-// slot within one step (also during prefill), prefix reuse, refused prompts, a failing pass.
+// slot within one step (also during prefill), prefix reuse, refused prompts, a failing pass,
+// greedy passes through forward_argmax.
 #include <gtest/gtest.h>
 
 #include <atomic>
 
 #include "counting_backend.h"
+#include "runtime/forward_watch.h"
 #include "scheduler_test_util.h"
 
 namespace tandem {
@@ -181,6 +183,60 @@ TEST(scheduler, small_pool_stops_one_sequence_cleanly) {
   auto alone = f.generate(greedy(prompt_of(ra.ok() ? 3 : 4, 30), 40), {});
   ASSERT_TRUE(alone.ok());
   EXPECT_EQ(done->tokens, alone->tokens);
+}
+
+// Passes whose logits rows are all greedy take the backend's argmax (also through the stall
+// watch, as tandemd wires it); a sampled request makes the passes carrying its rows read the
+// logits. The greedy requests' texts are the same either way.
+TEST(scheduler, greedy_passes_use_forward_argmax) {
+  const auto run_greedy = [](scheduler& s, std::vector<std::promise<result<generate_result>>>& done) {
+    for (int i = 0; i < 2; ++i)
+      ASSERT_TRUE(s.submit(greedy(prompt_of(i, 10), 12), {},
+                           [&done, i](result<generate_result> r) { done[size_t(i)].set_value(std::move(r)); })
+                      .ok());
+  };
+  std::vector<std::string> texts;
+  {
+    auto e = make_engine("qwen3", 3);
+    counting_backend be(*e.be);
+    forward_watch watch(std::chrono::duration<double>(0));
+    watched_backend watched(be, watch);
+    scheduler s(watched, *e.cache, text_of);
+    std::vector<std::promise<result<generate_result>>> done(2);
+    run_greedy(s, done);
+    for (auto& d : done) {
+      auto r = d.get_future().get();
+      ASSERT_TRUE(r.ok()) << r.message();
+      EXPECT_EQ(r->tokens.size(), 12u);
+      texts.push_back(r->text);
+    }
+    EXPECT_EQ(be.logits_passes.load(), 0);
+    EXPECT_EQ(uint64_t(be.argmax_passes.load()), s.counts().steps);
+  }
+  auto e = make_engine("qwen3", 3);
+  counting_backend be(*e.be);
+  scheduler s(be, *e.cache, text_of);
+  session_request sampled = greedy(prompt_of(5, 10), 3);
+  sampled.params.sampling.temperature = 0.8f;
+  sampled.params.sampling.seed = 11;
+  std::promise<result<generate_result>> sampled_done;
+  // Submitted first, so it shares its passes with the greedy requests' first ones at most.
+  ASSERT_TRUE(s.submit(sampled, {}, [&](result<generate_result> r) { sampled_done.set_value(std::move(r)); }).ok());
+  std::vector<std::promise<result<generate_result>>> done(2);
+  run_greedy(s, done);
+  for (size_t i = 0; i < done.size(); ++i) {
+    auto r = done[i].get_future().get();
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_EQ(r->text, texts[i]) << i;
+  }
+  auto r = sampled_done.get_future().get();
+  ASSERT_TRUE(r.ok()) << r.message();
+  ASSERT_EQ(r->tokens.size(), 3u);
+  // Its three tokens came from three passes (one prompt chunk, two decode tokens) that read the
+  // logits; every other pass (the greedy requests' last nine tokens at least) took argmaxes.
+  EXPECT_EQ(be.logits_passes.load(), 3);
+  EXPECT_GE(be.argmax_passes.load(), 9);
+  EXPECT_EQ(uint64_t(be.forwards.load()), s.counts().steps);
 }
 
 // Destroying the scheduler ends what is running or waiting as cancelled.

@@ -1,0 +1,126 @@
+// The decode-batch GEMM against the CPU reference on random inputs: every supported type, 9..64
+// tokens, row counts off the tile size, n_in cut into pieces, y += W·x; a token's result does not
+// depend on how many share the launch; bad sizes are refused. Skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/layer_ops.h"
+#include "kernels/qgemm.h"
+#include "quant/half.h"
+#include "quant/quant.h"
+#include "kernel_test_util.h"
+
+namespace tandem {
+namespace {
+
+using test::dev;
+using test::quantize_matrix;
+using test::randoms;
+
+float f16_round(float v) { return fp16_to_fp32(fp32_to_fp16(v)); }
+
+const ggml_type k_types[] = {ggml_type::f32,  ggml_type::f16,  ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0,
+                             ggml_type::q5_1, ggml_type::q8_0, ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k};
+
+struct qgemm_case {
+  ggml_type type;
+  int64_t n_in, n_out;
+  int n_tok;
+  bool add;
+};
+
+// Runs one launch; y starts as y0 (read by add), x as floats converted on the device.
+std::vector<float> run(const qgemm_case& c, const std::vector<uint8_t>& q, const std::vector<float>& x,
+                       const std::vector<float>& y0) {
+  dev<uint8_t> w(q);
+  dev<float> dx(x), y(y0);
+  dev<uint16_t> x16(x.size());
+  dev<uint8_t> work(qgemm_work_bytes(c.n_in, c.n_out, c.n_tok));
+  EXPECT_EQ(launch_to_f16(dx.p, x16.p, int64_t(x.size()), nullptr), cudaSuccess);
+  EXPECT_EQ(launch_qgemm(c.type, w.p, c.n_in, c.n_out, x16.p, c.n_tok, y.p, c.add, work.p, nullptr), cudaSuccess);
+  return y.host();
+}
+
+void check(const qgemm_case& c) {
+  SCOPED_TRACE(std::string(type_info(c.type).name) + " n_in " + std::to_string(c.n_in) + " n_out " +
+               std::to_string(c.n_out) + " tokens " + std::to_string(c.n_tok) + (c.add ? " add" : ""));
+  const auto wf = randoms(size_t(c.n_in * c.n_out), 11);
+  const auto q = quantize_matrix(c.type, wf, c.n_in, c.n_out);
+  const auto x = randoms(size_t(c.n_in) * c.n_tok, 12);
+  const auto y0 = c.add ? randoms(size_t(c.n_out) * c.n_tok, 13) : std::vector<float>(size_t(c.n_out) * c.n_tok);
+  const auto got = run(c, q, x, y0);
+  const uint64_t rb = *row_bytes(c.type, uint64_t(c.n_in));
+  std::vector<float> deq(size_t(c.n_in));
+  for (int64_t o = 0; o < c.n_out; ++o) {
+    dequantize_row(c.type, q.data() + o * rb, deq.data(), c.n_in);
+    for (auto& v : deq) v = f16_round(v);
+    for (int t = 0; t < c.n_tok; ++t) {
+      const size_t yi = size_t(t) * c.n_out + o;
+      double ref = c.add ? y0[yi] : 0.0, mag = std::fabs(ref);
+      for (int64_t i = 0; i < c.n_in; ++i) {
+        const double p = double(deq[i]) * f16_round(x[size_t(t) * c.n_in + i]);
+        ref += p, mag += std::fabs(p);
+      }
+      // Both operands are rounded to fp16 as the kernel rounds them and fp16 products are exact
+      // in fp32: only the fp32 accumulation differs (tensor cores' truncating adders, about
+      // n_in / 16 roundings of 2^-22 of sum |w x|, plus the pieces' sums): 4e-5 at n_in 2048.
+      ASSERT_NEAR(got[yi], ref, 4e-5 * mag + 1e-5) << "row " << o << " token " << t;
+    }
+  }
+}
+
+TEST(qgemm, matches_cpu_for_every_type) {
+  REQUIRE_GPU();
+  for (ggml_type t : k_types) {
+    check({t, 256, 100, 9, false});
+    check({t, 512, 64, 64, true});
+  }
+}
+
+TEST(qgemm, matches_cpu_for_token_counts_and_pieces) {
+  REQUIRE_GPU();
+  // One 64-row tile over 2048 inputs is cut into pieces (qgemm_splits > 1): the pieces' sums.
+  ASSERT_GT(qgemm_splits(2048, 64), 1);
+  for (int n_tok : {9, 16, 17, 33, 48, 64}) check({ggml_type::q4_k, 2048, 64, n_tok, n_tok % 2 == 1});
+  check({ggml_type::q6_k, 1024, 777, 40, false});
+  check({ggml_type::q8_0, 384, 130, 64, true});
+}
+
+TEST(qgemm, a_tokens_result_does_not_depend_on_the_batch) {
+  REQUIRE_GPU();
+  const int64_t n_in = 2048, n_out = 192;
+  const auto q = quantize_matrix(ggml_type::q4_k, randoms(size_t(n_in * n_out), 21), n_in, n_out);
+  const auto x = randoms(size_t(n_in) * 64, 22);
+  const auto all = run({ggml_type::q4_k, n_in, n_out, 64, false}, q, x, std::vector<float>(size_t(n_out) * 64));
+  const std::vector<float> few_x(x.begin(), x.begin() + n_in * 9);
+  const auto few = run({ggml_type::q4_k, n_in, n_out, 9, false}, q, few_x, std::vector<float>(size_t(n_out) * 9));
+  for (size_t i = 0; i < few.size(); ++i) ASSERT_EQ(few[i], all[i]) << "output " << i;  // bitwise
+}
+
+TEST(qgemm, refuses_bad_sizes) {
+  REQUIRE_GPU();
+  dev<uint8_t> w(size_t(1) << 20);
+  dev<uint16_t> x(size_t(64) * 1024);
+  dev<float> y(size_t(64) * 1024);
+  const auto launch = [&](ggml_type t, int64_t n_in, int n_tok, const void* wp) {
+    return launch_qgemm(t, wp, n_in, 64, x.p, n_tok, y.p, false, nullptr, nullptr);
+  };
+  EXPECT_EQ(launch(ggml_type::q4_0, 256, 0, w.p), cudaErrorInvalidValue);
+  EXPECT_EQ(launch(ggml_type::q4_0, 256, k_qgemm_max_tokens + 1, w.p), cudaErrorInvalidValue);
+  EXPECT_EQ(launch(ggml_type::q4_0, 96, 16, w.p), cudaErrorInvalidValue);   // not a multiple of 128
+  EXPECT_EQ(launch(ggml_type::q4_k, 128, 16, w.p), cudaErrorInvalidValue);  // not whole Q4_K blocks
+  EXPECT_EQ(launch(ggml_type::bf16, 256, 16, w.p), cudaErrorInvalidValue);
+  EXPECT_EQ(launch(ggml_type::q4_0, 256, 16, static_cast<const uint8_t*>(w.p) + 2), cudaErrorMisalignedAddress);
+  // Two pieces of 128 inputs for one 64-row tile: their sums need the workspace.
+  ASSERT_GT(qgemm_work_bytes(256, 64, 16), 0u);
+  EXPECT_EQ(launch(ggml_type::q4_0, 256, 16, w.p), cudaErrorInvalidValue);
+  dev<uint8_t> work(qgemm_work_bytes(256, 64, 16));
+  EXPECT_EQ(launch_qgemm(ggml_type::q4_0, w.p, 256, 64, x.p, 16, y.p, false, work.p, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace tandem
