@@ -67,4 +67,47 @@ inline std::vector<uint8_t> quantize_matrix(ggml_type t, const std::vector<float
   return q;
 }
 
+// GPU microseconds per launch(i, stream) call: 10 warm-up calls, then the median of 5 timings of 50
+// calls (replayed from one captured CUDA graph with graph, so launch gaps drop out). Benchmarks
+// (the big.* tests) only.
+template <class F>
+double time_us(F&& launch, bool graph = false) {
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (int i = 0; i < 10; ++i) launch(i, s);
+  const int reps = 50;
+  cudaGraphExec_t exec = nullptr;
+  if (graph) {
+    cudaGraph_t g;
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    for (int i = 0; i < reps; ++i) launch(i, s);
+    cudaStreamEndCapture(s, &g);
+    cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    cudaGraphLaunch(exec, s);
+  }
+  std::vector<float> ms;
+  for (int r = 0; r < 5; ++r) {
+    cudaEventRecord(e0, s);
+    if (graph)
+      cudaGraphLaunch(exec, s);
+    else
+      for (int i = 0; i < reps; ++i) launch(i, s);
+    cudaEventRecord(e1, s);
+    cudaEventSynchronize(e1);
+    float m = 0;
+    cudaEventElapsedTime(&m, e0, e1);
+    ms.push_back(m / reps);
+  }
+  if (exec) cudaGraphExecDestroy(exec);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(s);
+  std::sort(ms.begin(), ms.end());
+  return ms[2] * 1e3;
+}
+
 }  // namespace tandem::test

@@ -25,6 +25,7 @@ using test::dev;
 using test::have_gpu;
 using test::quantize_matrix;
 using test::randoms;
+using test::time_us;
 
 bool int8_activations(ggml_type t) { return t != ggml_type::f32 && t != ggml_type::f16; }
 
@@ -349,48 +350,6 @@ TEST(matvec, fine_x_is_close_to_float_x) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
-// Times `launch` (median of 5 rounds of 50 calls) after warm-up, in microseconds per call. With
-// graph, the 50 calls are captured once into a CUDA graph and the graph is replayed: GPU time
-// without the host's launch overhead.
-template <class F>
-double time_us(F&& launch, bool graph = false) {
-  cudaStream_t s;
-  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (int i = 0; i < 10; ++i) launch(i, s);
-  const int reps = 50;
-  cudaGraphExec_t exec = nullptr;
-  if (graph) {
-    cudaGraph_t g;
-    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-    for (int i = 0; i < reps; ++i) launch(i, s);
-    cudaStreamEndCapture(s, &g);
-    cudaGraphInstantiate(&exec, g, 0);
-    cudaGraphDestroy(g);
-    cudaGraphLaunch(exec, s);
-  }
-  std::vector<float> ms;
-  for (int r = 0; r < 5; ++r) {
-    cudaEventRecord(e0, s);
-    if (graph)
-      cudaGraphLaunch(exec, s);
-    else
-      for (int i = 0; i < reps; ++i) launch(i, s);
-    cudaEventRecord(e1, s);
-    cudaEventSynchronize(e1);
-    float m = 0;
-    cudaEventElapsedTime(&m, e0, e1);
-    ms.push_back(m / reps);
-  }
-  if (exec) cudaGraphExecDestroy(exec);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaStreamDestroy(s);
-  std::sort(ms.begin(), ms.end());
-  return ms[2] * 1e3;
-}
 
 // Decode mat-vec bandwidth for one token (and 8 tokens on the FFN shape) on the shapes of an
 // 8B model: 4096 x 4096 (wq/wo), 12288 x 4096 (gate/up), 4096 x 12288 (down). Each launch reads

@@ -26,6 +26,7 @@ namespace {
 using test::dev;
 using test::quantize_matrix;
 using test::randoms;
+using test::time_us;
 
 // ---- Routing ------------------------------------------------------------------------------
 
@@ -460,40 +461,6 @@ TEST(moe, prefill_pipeline_with_device_grouping) {
 
 // ---- Benchmarks ---------------------------------------------------------------------------
 
-template <class F>
-double time_us(F&& launch) {
-  cudaStream_t s;
-  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (int i = 0; i < 5; ++i) launch(i, s);
-  const int reps = 20;
-  cudaGraph_t g;
-  cudaGraphExec_t exec = nullptr;
-  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-  for (int i = 0; i < reps; ++i) launch(i, s);
-  cudaStreamEndCapture(s, &g);
-  cudaGraphInstantiate(&exec, g, 0);
-  cudaGraphDestroy(g);
-  cudaGraphLaunch(exec, s);
-  std::vector<float> ms;
-  for (int r = 0; r < 5; ++r) {
-    cudaEventRecord(e0, s);
-    cudaGraphLaunch(exec, s);
-    cudaEventRecord(e1, s);
-    cudaEventSynchronize(e1);
-    float m = 0;
-    cudaEventElapsedTime(&m, e0, e1);
-    ms.push_back(m / reps);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaStreamDestroy(s);
-  std::sort(ms.begin(), ms.end());
-  return ms[2] * 1e3;
-}
 
 // Qwen3-30B-A3B shapes, Q4_K: 128 experts x (768 x 2048) gate/up fused, one token, top-8, from
 // CUDA graphs (so also capturable): GB/s of the active expert bytes, against launch_matvec on a
@@ -515,14 +482,14 @@ TEST(big, moe_decode_bandwidth) {
       const moe_matvec_output o[2] = {{wg.p + off, yg.p}, {wu.p + off, yu.p}};
       launch_moe_matvec_multi(ggml_type::q4_k, o, 2, stride, n_expert, n_in, n_ff, x.p, 0, false, n_tok, k, ids.p,
                               work.p, s);
-    });
+    }, true);
     const double bytes = 2.0 * n_tok * k * stride;  // upper bound: repeated experts across tokens count twice
     std::printf("moe gate+up q4_k tok %d: %.1f us, %.0f GB/s of pair bytes\n", n_tok, us, bytes / us / 1e3);
   }
   const double dense = time_us([&](int i, cudaStream_t s) {
     const size_t off = stride * n_expert * (i % layers);
     launch_matvec(ggml_type::q4_k, wg.p + off, n_in, 2 * k * n_ff, x.p, 1, yg.p, work.p, s);
-  });
+  }, true);
   std::printf("dense launch_matvec same active rows: %.1f us, %.0f GB/s\n", dense, 2.0 * k * stride / dense / 1e3);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
 }
@@ -548,12 +515,12 @@ TEST(big, moe_prefill_tflops) {
     const moe_matvec_output o[2] = {{dg.p, yg.p}, {du.p, yu.p}};
     launch_moe_gemm(ggml_type::q4_k, o, 2, rb_up * n_ff, n_expert, n_embd, n_ff, x.p, moe_rows::by_token,
                     moe_rows::grouped, n_tok, k, offsets.p, perm.p, tiles.p, work.p, s);
-  });
+  }, true);
   const double us_dn = time_us([&](int, cudaStream_t s) {
     const moe_matvec_output o{dd.p, yd.p};
     launch_moe_gemm(ggml_type::q4_k, &o, 1, rb_dn * n_embd, n_expert, n_ff, n_embd, yg.p, moe_rows::grouped,
                     moe_rows::by_pair, n_tok, k, offsets.p, perm.p, tiles.p, work.p, s);
-  });
+  }, true);
   const double flops = 2.0 * n_tok * k * n_embd * n_ff;
   std::printf("moe prefill q4_k 2048 tok: gate+up %.0f us (%.1f TFLOPS), down %.0f us (%.1f TFLOPS)\n", us_up,
               2 * flops / us_up / 1e6, us_dn, flops / us_dn / 1e6);

@@ -1,9 +1,12 @@
 // The decode-batch GEMM against the CPU reference on random inputs: every supported type, 9..64
 // tokens, row counts off the tile size, n_in cut into pieces, y += W·x; a token's result does not
-// depend on how many share the launch; bad sizes are refused. Skips without a CUDA device.
+// depend on how many share the launch; bad sizes are refused. Skips without a CUDA device. Plus a
+// bandwidth benchmark (big.qgemm_bandwidth) on an 8B model's shapes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <vector>
 
@@ -19,6 +22,7 @@ namespace {
 using test::dev;
 using test::quantize_matrix;
 using test::randoms;
+using test::time_us;
 
 float f16_round(float v) { return fp16_to_fp32(fp32_to_fp16(v)); }
 
@@ -120,6 +124,53 @@ TEST(qgemm, refuses_bad_sizes) {
   dev<uint8_t> work(qgemm_work_bytes(256, 64, 16));
   EXPECT_EQ(launch_qgemm(ggml_type::q4_0, w.p, 256, 64, x.p, 16, y.p, false, work.p, nullptr), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// GPU microseconds and GB/s of weights per launch (the f16 conversion of x left out, the pieces'
+// sum in) on an 8B model's shapes: wq/wo 4096 x 4096, gate/up 12288 x 4096, down 4096 x 12288,
+// the head 151936 x 4096; launches cycle over copies of the matrix (together > 256 MiB, over 4x
+// the L2) so weights come from HBM. Matrices are one quantized 64-row tile repeated. Asserts
+// only that the launches succeed.
+TEST(big, qgemm_bandwidth) {
+  REQUIRE_GPU();
+  struct shape {
+    int64_t n_out, n_in;
+    ggml_type only;  // f32: every type below
+  };
+  std::printf("%-5s %-14s %6s %3s %8s %7s\n", "type", "n_out x n_in", "pieces", "tok", "us", "GB/s");
+  for (const shape sh : {shape{4096, 4096, ggml_type::f32}, shape{12288, 4096, ggml_type::f32},
+                         shape{4096, 12288, ggml_type::f32}, shape{151936, 4096, ggml_type::q6_k}}) {
+    for (ggml_type t : {ggml_type::q4_k, ggml_type::q6_k, ggml_type::q8_0}) {
+      if (sh.only != ggml_type::f32 && t != sh.only) continue;
+      const int64_t tile = 64;
+      const auto q = quantize_matrix(t, randoms(size_t(sh.n_in * tile), 51), sh.n_in, tile);
+      const size_t mat = q.size() * size_t(sh.n_out / tile);
+      const int copies = int(std::max<size_t>(2, (size_t(256) << 20) / mat + 1));
+      std::vector<uint8_t> one(mat);
+      for (int64_t i = 0; i < sh.n_out / tile; ++i) std::copy(q.begin(), q.end(), one.begin() + i * q.size());
+      dev<uint8_t> dw(mat * copies, 0);
+      for (int c = 0; c < copies; ++c)
+        ASSERT_EQ(cudaMemcpy(dw.p + c * mat, one.data(), mat, cudaMemcpyHostToDevice), cudaSuccess);
+      for (int n_tok : {9, 16, 32, 64}) {
+        dev<uint16_t> x16(size_t(sh.n_in) * n_tok, 0x20);
+        dev<float> y(size_t(sh.n_out) * n_tok);
+        dev<uint8_t> work(qgemm_work_bytes(sh.n_in, sh.n_out, n_tok));
+        cudaError_t err = cudaSuccess;
+        const double us = time_us(
+            [&](int i, cudaStream_t s) {
+              const cudaError_t e = launch_qgemm(t, dw.p + (i % copies) * mat, sh.n_in, sh.n_out, x16.p, n_tok,
+                                                 y.p, false, work.p, s);
+              if (e != cudaSuccess) err = e;
+            },
+            true);
+        ASSERT_EQ(err, cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::printf("%-5s %6lld x %-6lld %6d %3d %8.1f %7.0f\n", std::string(type_name(t)).c_str(),
+                    static_cast<long long>(sh.n_out), static_cast<long long>(sh.n_in),
+                    qgemm_splits(sh.n_in, sh.n_out), n_tok, us, double(mat) / (us * 1e-6) / 1e9);
+      }
+    }
+  }
 }
 
 }  // namespace
