@@ -12,8 +12,8 @@ namespace tandem::client {
 // Exit statuses of tandem(1). Scripts rely on them: keep them stable and keep the man page true.
 enum class exit_status : int {
   ok = 0,
-  usage = 1,         // bad arguments or an empty prompt
-  no_daemon = 2,     // the socket could not be reached (missing, refused, permission denied)
+  no_daemon = 1,     // the socket could not be reached (missing, refused, permission denied)
+  usage = 2,         // bad arguments or an empty prompt (2, as tandemd and tandem-model use)
   server_error = 3,  // the daemon answered with an error not listed below
   busy = 4,          // busy or shutting_down: retrying later may work
   not_found = 5,     // no such model alias

@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();  // --json and --socket may also follow the subcommand
   app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION);
-  app.footer("Exit status: 0 ok, 1 usage, 2 cannot connect, 3 server error, 4 busy, 5 no such model,\n"
+  app.footer("Exit status: 0 ok, 1 cannot connect, 2 usage, 3 server error, 4 busy, 5 no such model,\n"
              "6 load failed, 7 not allowed, 8 protocol error, 130 interrupted. See tandem(1).");
 
   global_options g;
@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // --help and --version exit 0; every usage error is status 1, whatever CLI11 would use.
+    // --help and --version exit 0; every usage error is exit_status::usage, whatever CLI11 would use.
     return app.exit(e) == 0 ? 0 : to_int(exit_status::usage);
   }
   if (!act) return report({exit_status::usage, "no command given; see tandem --help"});

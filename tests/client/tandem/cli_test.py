@@ -137,15 +137,15 @@ def test_usage_errors():
                  ["run", "--temp", "-1", "x"], ["run", "--top-p", "2", "x"], ["run", "bad name!", "x"],
                  ["load", "onlyname"], ["unload"], ["chat", "a", "b"], ["run", "-m", "x", "y", "z"]):
         r = tandem(*args, sock=os.path.join(TMP, "unused.sock"))
-        check(r.returncode == 1, "%r: expected usage status 1, got %d: %r" % (args, r.returncode, r.stderr))
+        check(r.returncode == 2, "%r: expected usage status 2, got %d: %r" % (args, r.returncode, r.stderr))
         check(r.stderr, "%r: no message on stderr" % (args,))
     for args in (["frobnicate"], ["--json", "--socket", "x", "frob"]):
         r = tandem(*args, sock=os.path.join(TMP, "unused.sock"))
         check(b"unknown command '" in r.stderr and b"loadgen" in r.stderr, "%r: %r" % (args, r.stderr))
     r = tandem("run", sock=os.path.join(TMP, "unused.sock"))  # no prompt, stdin is /dev/null
-    check(r.returncode == 1 and b"no prompt" in r.stderr, "run without prompt: %r" % (r,))
+    check(r.returncode == 2 and b"no prompt" in r.stderr, "run without prompt: %r" % (r,))
     r = tandem("run", input=b"\n", sock=os.path.join(TMP, "unused.sock"))
-    check(r.returncode == 1 and b"empty" in r.stderr, "run with empty stdin: %r" % (r,))
+    check(r.returncode == 2 and b"empty" in r.stderr, "run with empty stdin: %r" % (r,))
     r = tandem("--help")
     check(r.returncode == 0 and b"Exit status" in r.stdout, "--help: %r" % (r,))
     r = tandem("--version")
@@ -156,7 +156,7 @@ def test_no_daemon():
     missing = os.path.join(TMP, "nobody.sock")
     for args in (["status"], ["run", "hi"], ["ps"], ["load", "a", "/x.gguf"], ["chat"]):
         r = tandem(*args, sock=missing)
-        check(r.returncode == 2, "%r: expected 2, got %d" % (args, r.returncode))
+        check(r.returncode == 1, "%r: expected 1, got %d" % (args, r.returncode))
         check(b"cannot connect to " + missing.encode() in r.stderr and b"tandemd" in r.stderr,
               "%r: message: %r" % (args, r.stderr))
     # A socket file nobody listens on: connection refused, same status.
@@ -165,13 +165,13 @@ def test_no_daemon():
     s.bind(dead)
     s.close()
     r = tandem("status", sock=dead)
-    check(r.returncode == 2 and b"refused" in r.stderr, "refused: %r" % (r,))
+    check(r.returncode == 1 and b"refused" in r.stderr, "refused: %r" % (r,))
     # TANDEM_SOCKET is used when --socket is absent.
     env = dict(os.environ, TANDEM_SOCKET=missing)
     r = subprocess.run([ARGS.tandem, "status"], env=env, capture_output=True, timeout=30)
-    check(r.returncode == 2 and missing.encode() in r.stderr, "TANDEM_SOCKET: %r" % (r,))
+    check(r.returncode == 1 and missing.encode() in r.stderr, "TANDEM_SOCKET: %r" % (r,))
     r = tandem("status", sock="/tmp/" + "x" * 200)
-    check(r.returncode == 1 and b"longer than" in r.stderr, "long path: %r" % (r,))
+    check(r.returncode == 2 and b"longer than" in r.stderr, "long path: %r" % (r,))
 
 
 def test_run_streams_and_json():
@@ -280,7 +280,7 @@ def test_admin_commands():
         r = tandem("status", sock=d.path)
         check(r.returncode == 0 and b"tandemd 0.1.0" in r.stdout, "status: %r" % (r,))
         r = tandem("load", "bad/name", "/x.gguf", sock=d.path)
-        check(r.returncode == 1, "bad alias: %r" % (r,))
+        check(r.returncode == 2, "bad alias: %r" % (r,))
     finally:
         d.close()
 
