@@ -202,21 +202,7 @@ cudaError_t launch_of(ggml_type t, const gemm_params& p, dim3 grid, cudaStream_t
 
 }  // namespace
 
-bool gpu_can_moe_gemm(ggml_type t) {
-  switch (t) {
-    case ggml_type::f32:
-    case ggml_type::f16:
-    case ggml_type::q4_0:
-    case ggml_type::q4_1:
-    case ggml_type::q5_0:
-    case ggml_type::q5_1:
-    case ggml_type::q8_0:
-    case ggml_type::q4_k:
-    case ggml_type::q5_k:
-    case ggml_type::q6_k: return true;
-    default: return false;
-  }
-}
+bool gpu_can_moe_gemm(ggml_type t) { return row_src_reads(t); }
 
 size_t moe_gemm_work_bytes(int64_t n_in, int64_t n_x_rows) {
   if (n_in <= 0 || n_x_rows <= 0) return 0;

@@ -336,21 +336,7 @@ bool aligned(const void* p, uintptr_t to) { return reinterpret_cast<uintptr_t>(p
 
 }  // namespace
 
-bool gpu_can_qgemm(ggml_type t) {
-  switch (t) {
-    case ggml_type::f32:
-    case ggml_type::f16:
-    case ggml_type::q4_0:
-    case ggml_type::q4_1:
-    case ggml_type::q5_0:
-    case ggml_type::q5_1:
-    case ggml_type::q8_0:
-    case ggml_type::q4_k:
-    case ggml_type::q5_k:
-    case ggml_type::q6_k: return true;
-    default: return false;
-  }
-}
+bool gpu_can_qgemm(ggml_type t) { return row_src_reads(t); }
 
 int qgemm_splits(int64_t n_in, int64_t n_out) {
   if (n_in < BK || n_out < 1) return 1;

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "quant/blocks.h"
+#include "quant/ggml_type.h"
 
 namespace tandem {
 
@@ -166,6 +167,23 @@ __device__ __forceinline__ void dequant4(const block_q6_k& b, int c, float (&y)[
   for (int i = 0; i < 4; ++i) {
     const int q = (((ql[i] >> lo_shift) & 15) | (((qh[i] >> hi_shift) & 3) << 4)) - 32;
     y[i] = __fmul_rn(ds, static_cast<float>(q));
+  }
+}
+
+// The types row_src reads (the GEMMs' capability tables: gpu_can_moe_gemm, gpu_can_qgemm).
+inline bool row_src_reads(ggml_type t) {
+  switch (t) {
+    case ggml_type::f32:
+    case ggml_type::f16:
+    case ggml_type::q4_0:
+    case ggml_type::q4_1:
+    case ggml_type::q5_0:
+    case ggml_type::q5_1:
+    case ggml_type::q8_0:
+    case ggml_type::q4_k:
+    case ggml_type::q5_k:
+    case ggml_type::q6_k: return true;
+    default: return false;
   }
 }
 

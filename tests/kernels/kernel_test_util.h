@@ -67,6 +67,33 @@ inline std::vector<uint8_t> quantize_matrix(ggml_type t, const std::vector<float
   return q;
 }
 
+// A matrix for the bandwidth benchmarks (big.*): n_out rows made of one quantized 64-row tile of
+// random weights repeated, in back-to-back copies (together > 256 MiB, over 4x any L2) so that
+// launches cycling over them with at(i) read their weights from HBM.
+struct hbm_matrix {
+  std::vector<uint8_t> one;  // one copy
+  int copies;
+  dev<uint8_t> d;
+  hbm_matrix(ggml_type t, int64_t n_in, int64_t n_out)
+      : one(repeated_tile(t, n_in, n_out)),
+        copies(int(std::max<size_t>(2, (size_t(256) << 20) / one.size() + 1))),
+        d(one.size() * size_t(copies), 0) {
+    for (int c = 0; c < copies; ++c)
+      EXPECT_EQ(cudaMemcpy(d.p + size_t(c) * one.size(), one.data(), one.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  const uint8_t* at(int i) const { return d.p + size_t(i % copies) * one.size(); }
+  size_t bytes() const { return one.size(); }
+
+ private:
+  static std::vector<uint8_t> repeated_tile(ggml_type t, int64_t n_in, int64_t n_out) {
+    const int64_t tile = 64;
+    const auto q = quantize_matrix(t, randoms(size_t(n_in * tile), 51), n_in, tile);
+    std::vector<uint8_t> m(q.size() * size_t(n_out / tile));
+    for (int64_t r = 0; r < n_out / tile; ++r) std::copy(q.begin(), q.end(), m.begin() + r * int64_t(q.size()));
+    return m;
+  }
+};
+
 // GPU microseconds per launch(i, stream) call: 10 warm-up calls, then the median of 5 timings of 50
 // calls (replayed from one captured CUDA graph with graph, so launch gaps drop out). Benchmarks
 // (the big.* tests) only.

@@ -22,6 +22,7 @@ namespace tandem {
 namespace {
 
 using test::dev;
+using test::hbm_matrix;
 using test::have_gpu;
 using test::quantize_matrix;
 using test::randoms;
@@ -350,7 +351,6 @@ TEST(matvec, fine_x_is_close_to_float_x) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
-
 // Decode mat-vec bandwidth for one token (and 8 tokens on the FFN shape) on the shapes of an
 // 8B model: 4096 x 4096 (wq/wo), 12288 x 4096 (gate/up), 4096 x 12288 (down). Each launch reads
 // the next of several copies of the matrix (together > 4x the L2) so weights come from HBM; the
@@ -393,15 +393,8 @@ TEST(big, matvec_bandwidth) {
   };
   for (const shape sh : {shape{4096, 4096}, shape{12288, 4096}, shape{4096, 12288}}) {
     for (ggml_type t : k_types) {
-      const int64_t tile = 64;
-      const auto q = quantize_matrix(t, randoms(sh.n_in * tile, 51), sh.n_in, tile);
-      const size_t mat = q.size() * size_t(sh.n_out / tile);
-      const int copies = int(std::max<size_t>(2, (size_t(256) << 20) / mat + 1));
-      std::vector<uint8_t> one(mat);
-      for (int64_t i = 0; i < sh.n_out / tile; ++i) std::copy(q.begin(), q.end(), one.begin() + i * q.size());
-      dev<uint8_t> dw(mat * copies, 0);
-      for (int c = 0; c < copies; ++c)
-        ASSERT_EQ(cudaMemcpy(dw.p + c * mat, one.data(), mat, cudaMemcpyHostToDevice), cudaSuccess);
+      const hbm_matrix w(t, sh.n_in, sh.n_out);
+      const size_t mat = w.bytes();
       for (int n_tok : {1, 8}) {
         if (n_tok == 8 && sh.n_out != 12288) continue;
         dev<float> dx(randoms(sh.n_in * n_tok, 52));
@@ -409,7 +402,7 @@ TEST(big, matvec_bandwidth) {
         dev<uint8_t> work(matvec_work_bytes(sh.n_in, n_tok));
         cudaError_t err = cudaSuccess;
         auto run = [&](int i, cudaStream_t s) {
-          const cudaError_t e = launch_matvec(t, dw.p + (i % copies) * mat, sh.n_in, sh.n_out, dx.p, n_tok, dy.p,
+          const cudaError_t e = launch_matvec(t, w.at(i), sh.n_in, sh.n_out, dx.p, n_tok, dy.p,
                                               work.p, s);
           if (e != cudaSuccess) err = e;
         };

@@ -20,6 +20,7 @@ namespace tandem {
 namespace {
 
 using test::dev;
+using test::hbm_matrix;
 using test::quantize_matrix;
 using test::randoms;
 using test::time_us;
@@ -142,15 +143,8 @@ TEST(big, qgemm_bandwidth) {
                          shape{4096, 12288, ggml_type::f32}, shape{151936, 4096, ggml_type::q6_k}}) {
     for (ggml_type t : {ggml_type::q4_k, ggml_type::q6_k, ggml_type::q8_0}) {
       if (sh.only != ggml_type::f32 && t != sh.only) continue;
-      const int64_t tile = 64;
-      const auto q = quantize_matrix(t, randoms(size_t(sh.n_in * tile), 51), sh.n_in, tile);
-      const size_t mat = q.size() * size_t(sh.n_out / tile);
-      const int copies = int(std::max<size_t>(2, (size_t(256) << 20) / mat + 1));
-      std::vector<uint8_t> one(mat);
-      for (int64_t i = 0; i < sh.n_out / tile; ++i) std::copy(q.begin(), q.end(), one.begin() + i * q.size());
-      dev<uint8_t> dw(mat * copies, 0);
-      for (int c = 0; c < copies; ++c)
-        ASSERT_EQ(cudaMemcpy(dw.p + c * mat, one.data(), mat, cudaMemcpyHostToDevice), cudaSuccess);
+      const hbm_matrix w(t, sh.n_in, sh.n_out);
+      const size_t mat = w.bytes();
       for (int n_tok : {9, 16, 32, 64}) {
         dev<uint16_t> x16(size_t(sh.n_in) * n_tok, 0x20);
         dev<float> y(size_t(sh.n_out) * n_tok);
@@ -158,7 +152,7 @@ TEST(big, qgemm_bandwidth) {
         cudaError_t err = cudaSuccess;
         const double us = time_us(
             [&](int i, cudaStream_t s) {
-              const cudaError_t e = launch_qgemm(t, dw.p + (i % copies) * mat, sh.n_in, sh.n_out, x16.p, n_tok,
+              const cudaError_t e = launch_qgemm(t, w.at(i), sh.n_in, sh.n_out, x16.p, n_tok,
                                                  y.p, false, work.p, s);
               if (e != cudaSuccess) err = e;
             },
