@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config git
       libboost-dev libmsgpack-cxx-dev libsystemd-dev libcli11-dev nlohmann-json3-dev libutf8proc-dev
       googletest libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
-      python3 python3-msgpack python3-pip clang-14 libclang-rt-14-dev
+      python3 python3-msgpack python3-pip python3-setuptools python3-wheel clang-14 libclang-rt-14-dev
       jargon-text python3-numpy  # tests/model_quality: its public-domain text, its numpy reference
       systemd)  # systemd-analyze: the shipped unit's sandboxing test
 missing=()
