@@ -79,7 +79,8 @@ TEST(StatusForCode, EveryProtocolCodeHasAStatus) {
                         "a_future_code"})
     EXPECT_EQ(status_for_code(c), exit_status::server_error) << c;
   EXPECT_EQ(to_int(exit_status::interrupted), 130);
-  EXPECT_EQ(to_int(exit_status::no_daemon), 2);
+  EXPECT_EQ(to_int(exit_status::no_daemon), 1);
+  EXPECT_EQ(to_int(exit_status::usage), 2);  // as tandemd and tandem-model
 }
 
 }  // namespace
