@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <utility>
 
 namespace tandem {
 
@@ -48,19 +49,26 @@ inline bool pdl_supported() {
   return v == 2;
 }
 
-// Launches kernel<<<grid, block, 0, s>>>(args...) as a programmatic dependent of the previous
+// Launches kernel<<<grid, block, smem, s>>>(args...) as a programmatic dependent of the previous
 // work on s where the device supports it. The kernel must call pdl_wait() first (see above).
 template <class... P, class... A>
-cudaError_t launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s, A&&... args) {
+cudaError_t launch_pdl_shared(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                              A&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   if (pdl_supported()) cfg.attrs = attr, cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...);
+}
+
+template <class... P, class... A>
+cudaError_t launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s, A&&... args) {
+  return launch_pdl_shared(kernel, grid, block, 0, s, std::forward<A>(args)...);
 }
 
 }  // namespace tandem

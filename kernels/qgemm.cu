@@ -1,6 +1,7 @@
 // The decode-batch GEMM (kernels/qgemm.h): a block computes BN weight rows for all of the launch's
-// tokens over one piece of n_in, weight tiles dequantized from their GGUF blocks into shared
-// memory as fp16 and multiplied on WMMA tensor cores (sm_70+); pieces are summed in order after.
+// tokens over one piece of n_in; the GGUF blocks stream into shared memory ahead of use, are
+// dequantized there into fp16 tiles and multiplied on WMMA tensor cores (sm_70+); pieces are
+// summed in order after.
 #include "kernels/qgemm.h"
 
 #include <cuda_fp16.h>
@@ -18,8 +19,9 @@ namespace {
 using namespace nvcuda;
 
 // Eight warps: 4 (16 weight rows each) x 2 (halves of the tokens); every token (up to 64, in
-// 16-token fragments) in one block, so each weight is loaded once per launch. The x tile is re-read by every block from L2: x is
-// small (64 x n_in fp16), the weights are what streams from memory.
+// 16-token fragments) in one block, so each weight is loaded once per launch. The x tile is
+// re-read by every block from L2: x is small (64 x n_in fp16), the weights are what streams
+// from memory.
 constexpr int BN = 64, BK = k_qgemm_k_step, BT = k_qgemm_max_tokens;
 constexpr int k_threads = 256, k_row_warps = 4;
 constexpr int LDH = BK + 8;  // halves per shared row (pad against bank conflicts)
@@ -46,85 +48,157 @@ struct qgemm_params {
   bool add;            // one piece: y += W·x
 };
 
-// A thread's share of a K step's weight tile: rows warp + 8j (j < BN / 8), columns 4 lane ..,
-// as fp16 pairs. One warp reads one row's BK columns, so its loads fall on neighbouring bytes.
-// Loads and shared stores are separate phases: a generic-pointer load after a shared store
-// might alias it, so interleaving them would serialize every load's latency.
-constexpr int k_warps = k_threads / 32, k_w_regs = BN / k_warps;
-template <class T>
-__device__ __forceinline__ void load_w(const qgemm_params& p, int64_t n0, int64_t k0, uint2 (&r)[k_w_regs]) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const uint8_t* first = p.w + (n0 + warp) * p.row_bytes;
-  const int64_t step = k_warps * p.row_bytes, last = p.n_out - 1 - n0 - warp;  // past n_out: never stored
-#pragma unroll
-  for (int j = 0; j < k_w_regs; ++j) {
-    const uint8_t* row = first + (k_warps * j <= last ? j * step : last * p.row_bytes);
-    float v[4];
-    row_src<T>::load4(row, k0 + 4 * lane, v);
-    const __half2 h0 = __floats2half2_rn(v[0], v[1]), h1 = __floats2half2_rn(v[2], v[3]);
-    r[j].x = *reinterpret_cast<const uint32_t*>(&h0);
-    r[j].y = *reinterpret_cast<const uint32_t*>(&h1);
-  }
-}
+// The weight rows stream through a ring of S shared-memory stages of raw GGUF bytes, one stage
+// per KS columns (whole blocks of every type), copied S - 1 stages ahead with cp.async (sm_80+),
+// so that several stages' bytes are in flight while the tensor cores work: one stage of
+// register prefetch alone kept too few bytes in flight to cover memory latency (0.3-0.5 TB/s).
+// Below sm_80 there is one stage; a thread holds its share of the next one in registers until
+// the current one is decoded. Each K step decodes its BK columns from the stage into the fp16 tile.
+constexpr int KS = 2 * BK;
 
-__device__ __forceinline__ void store_w(const uint2 (&r)[k_w_regs], smem_t& sm) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll
-  for (int j = 0; j < k_w_regs; ++j)
-    *reinterpret_cast<uint2*>(sm.ab.w + (warp + k_warps * j) * LDH + 4 * lane) = r[j];
-}
-
-// Tile loaders: raw = what a thread holds between a step's loads and its shared stores (the
-// next step's tile is in flight in it during the products). The generic one dequantizes at load
-// time through row_src; Q4_K and Q6_K (most of a Q4_K_M model) load whole 16- and 2-byte pieces
-// and decode at store time, where byte loads and per-4-weight scale decoding bounded the
-// generic form. Every loader yields the CPU's dequantized floats rounded to fp16.
+// Columns per block and bytes per block of a weight type.
 template <class T>
-struct generic_loader {
-  struct raw {
-    uint2 r[k_w_regs];
-  };
-  static __device__ __forceinline__ void load(const qgemm_params& p, int64_t n0, int64_t k0, raw& r) {
-    load_w<T>(p, n0, k0, r.r);
-  }
-  static __device__ __forceinline__ void store(const raw& r, int64_t, smem_t& sm) { store_w(r.r, sm); }
+struct wtype {
+  static constexpr int qk = block_traits<T>::qk, bytes = sizeof(T);
 };
+
+// A stage's geometry for type T: a row's KS columns start anywhere in a 16-byte chunk, so a
+// stage row holds C chunks (pitch P bytes); as many stages (2..4) as fit about 80 KiB.
+template <class T>
+struct stage_geom {
+  static constexpr int span = KS / wtype<T>::qk * wtype<T>::bytes;  // bytes of KS columns
+  static constexpr int C = (15 + span + 15) / 16, P = 16 * C, bytes = BN * P;
+  static constexpr int S = bytes * 4 <= 81920 ? 4 : bytes * 3 <= 81920 ? 3 : 2;
+  static constexpr int per_thread = (BN * C + k_threads - 1) / k_threads;  // chunks a thread copies
+};
+
+template <class T>
+__host__ __device__ constexpr int64_t col_bytes(int64_t cols) {
+  return cols / wtype<T>::qk * wtype<T>::bytes;
+}
 
 // The weight row of tile row `row` (rows past n_out read the last row; never stored).
 __device__ __forceinline__ const uint8_t* tile_row(const qgemm_params& p, int64_t n0, int row) {
   return p.w + min(n0 + row, p.n_out - 1) * p.row_bytes;
 }
 
+// Where tile row `row`'s column ks lies in a stage: the copy keeps each byte's address mod 16,
+// so every piece of a block keeps its alignment.
+template <class T>
+__device__ __forceinline__ const uint8_t* stage_row(const qgemm_params& p, int64_t n0, const uint8_t* stage, int row,
+                                                    int64_t ks) {
+  const auto a = reinterpret_cast<uintptr_t>(tile_row(p, n0, row)) + static_cast<uintptr_t>(col_bytes<T>(ks));
+  return stage + row * stage_geom<T>::P + (a & 15u);
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// One stage's copy: columns [ks, min(ks + KS, k_end)) of the BN tile rows. Chunk i of a thread is
+// item tid + k_threads i: tile row item / C, 16-byte chunk item % C from the row's slab start
+// rounded down to 16. Bytes past the matrix's end are never read (zeros instead).
+template <class T>
+struct stage_fill {
+  using G = stage_geom<T>;
+  uint4 r[G::per_thread];  // below sm_80: the chunks between begin() and end()
+
+  __device__ __forceinline__ void begin(const qgemm_params& p, int64_t n0, int64_t ks, int64_t k_end, uint8_t* stage) {
+    const int64_t span = col_bytes<T>(min(k_end - ks, int64_t{KS}));
+    const uint8_t* w_end = p.w + p.n_out * p.row_bytes;
+#pragma unroll
+    for (int j = 0; j < G::per_thread; ++j) {
+      const int item = threadIdx.x + k_threads * j, row = item / G::C, c = item % G::C;
+      if (row >= BN) break;
+      const uint8_t* a = tile_row(p, n0, row) + col_bytes<T>(ks);
+      const uint8_t* chunk = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t{15}) + 16 * c;
+      const int n = chunk >= a + span ? 0 : static_cast<int>(min(int64_t{16}, static_cast<int64_t>(w_end - chunk)));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+      if (n > 0) {
+        const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(stage + row * G::P + 16 * c));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(chunk), "r"(n));
+      }
+#else
+      if (n == 16) {
+        r[j] = __ldg(reinterpret_cast<const uint4*>(chunk));
+      } else {  // the matrix's last bytes (or nothing)
+        uint8_t b[16] = {};
+        for (int i = 0; i < n; ++i) b[i] = chunk[i];
+        r[j] = *reinterpret_cast<const uint4*>(b);
+      }
+#endif
+    }
+  }
+
+  __device__ __forceinline__ void end(uint8_t* stage) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 800
+#pragma unroll
+    for (int j = 0; j < G::per_thread; ++j) {
+      const int item = threadIdx.x + k_threads * j, row = item / G::C, c = item % G::C;
+      if (row >= BN) break;
+      *reinterpret_cast<uint4*>(stage + row * G::P + 16 * c) = r[j];
+    }
+#endif
+  }
+};
+
 __device__ __forceinline__ uint32_t pack_half2(float a, float b) {
   const __half2 h = __floats2half2_rn(a, b);
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// Tile decoders: columns col .. col + BK - 1 of a stage starting at column ks into the fp16 tile.
+// The generic one goes four weights at a time through row_src: warp w takes rows w + 8j, lane l
+// columns 4l ..; Q4_K and Q6_K (most of a Q4_K_M model) read whole 16- and 2-byte pieces, where
+// byte loads and per-4-weight scale decoding bounded the generic form. Every decoder yields the
+// CPU's dequantized floats rounded to fp16.
+constexpr int k_warps = k_threads / 32;
+template <class T>
+struct generic_loader {
+  using type = T;
+  static __device__ __forceinline__ void decode(const qgemm_params& p, int64_t n0, const uint8_t* stage, int64_t ks,
+                                                int col, smem_t& sm) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int j = 0; j < BN / k_warps; ++j) {
+      const int row = warp + k_warps * j;
+      float v[4];
+      row_src<T>::load4(stage_row<T>(p, n0, stage, row, ks), col + 4 * lane, v);
+      *reinterpret_cast<uint2*>(sm.ab.w + row * LDH + 4 * lane) = make_uint2(pack_half2(v[0], v[1]), pack_half2(v[2], v[3]));
+    }
+  }
+};
+
 // Q4_K: a step's 128 columns are two 64-weight groups of one block. Thread i: tile row i / 4,
 // group (i % 4) / 2, quant bytes 16 (i % 2) .. +15 of it: their low nibbles are weights l of the
 // group's first sub-block, the high nibbles of its second (l = 16 (i % 2) .. +15).
 struct q4k_loader {
-  struct raw {
-    uint4 q, hd;  // 16 quant bytes; the block's d, dmin and 12 scale bytes
-  };
-  static __device__ __forceinline__ void load(const qgemm_params& p, int64_t n0, int64_t k0, raw& r) {
-    const int piece = threadIdx.x % 4, g = static_cast<int>(k0 % 256) / 64 + piece / 2;
-    const uint8_t* blk = tile_row(p, n0, threadIdx.x / 4) + (k0 / 256) * sizeof(block_q4_k);
-    r.q = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 32 * g + 16 * (piece % 2)));
-    r.hd = __ldg(reinterpret_cast<const uint4*>(blk));
-  }
-  static __device__ __forceinline__ void store(const raw& r, int64_t k0, smem_t& sm) {
-    const int piece = threadIdx.x % 4, g = static_cast<int>(k0 % 256) / 64 + piece / 2;
-    const uint8_t* sc = reinterpret_cast<const uint8_t*>(&r.hd) + 4;
+  using type = block_q4_k;
+  static __device__ __forceinline__ void decode(const qgemm_params& p, int64_t n0, const uint8_t* stage, int64_t ks,
+                                                int col, smem_t& sm) {
+    const int piece = threadIdx.x % 4, g = col / 64 + piece / 2;
+    const uint8_t* blk = stage_row<type>(p, n0, stage, threadIdx.x / 4, ks);
+    const uint4 q4 = *reinterpret_cast<const uint4*>(blk + 16 + 32 * g + 16 * (piece % 2));
+    const uint32_t dm = *reinterpret_cast<const uint32_t*>(blk);  // d, dmin
+    const uint8_t* sc = blk + 4;
     float d[2], m[2];
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
       int scv, mv;
       k_scale_min(2 * g + s, sc, scv, mv);
-      d[s] = __fmul_rn(__half2float(__ushort_as_half(static_cast<uint16_t>(r.hd.x & 0xffffu))), float(scv));
-      m[s] = __fmul_rn(__half2float(__ushort_as_half(static_cast<uint16_t>(r.hd.x >> 16))), float(mv));
+      d[s] = __fmul_rn(__half2float(__ushort_as_half(static_cast<uint16_t>(dm & 0xffffu))), float(scv));
+      m[s] = __fmul_rn(__half2float(__ushort_as_half(static_cast<uint16_t>(dm >> 16))), float(mv));
     }
-    const uint32_t q[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+    const uint32_t q[4] = {q4.x, q4.y, q4.z, q4.w};
     uint32_t lo[8], hi[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -147,37 +221,26 @@ struct q4k_loader {
 // r >> 1), high bits from qh[32h + l] (bits 2r, 2r + 1), scales[8h + 2r + l / 16]. Blocks of 210
 // bytes keep only 2-byte alignment: 16-bit loads.
 struct q6k_loader {
-  struct raw {
-    uint32_t ql[8], qh[8];  // 32 bytes each, as 16-bit loads paired
-    uint32_t sd;            // the two scales (bytes 0, 1) and d (high 16 bits)
-  };
-  static __device__ __forceinline__ void load(const qgemm_params& p, int64_t n0, int64_t k0, raw& r) {
-    const int quarter = threadIdx.x % 4, h = static_cast<int>(k0 % 256) / 128;
-    const uint8_t* blk = tile_row(p, n0, threadIdx.x / 4) + (k0 / 256) * sizeof(block_q6_k);
-    const auto* ql = reinterpret_cast<const uint16_t*>(blk + 64 * h + 32 * (quarter & 1));
-    const auto* qh = reinterpret_cast<const uint16_t*>(blk + 128 + 32 * h);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      r.ql[i] = uint32_t(__ldg(ql + 2 * i)) | (uint32_t(__ldg(ql + 2 * i + 1)) << 16);
-      r.qh[i] = uint32_t(__ldg(qh + 2 * i)) | (uint32_t(__ldg(qh + 2 * i + 1)) << 16);
-    }
-    const uint16_t scales = __ldg(reinterpret_cast<const uint16_t*>(blk + 192 + 8 * h + 2 * quarter));
-    r.sd = uint32_t(scales) | (uint32_t(__ldg(reinterpret_cast<const uint16_t*>(blk + 208))) << 16);
-  }
-  static __device__ __forceinline__ void store(const raw& r, int64_t, smem_t& sm) {
-    const int quarter = threadIdx.x % 4, lo_shift = 4 * (quarter >> 1), hi_shift = 2 * quarter;
-    const float d = __half2float(__ushort_as_half(static_cast<uint16_t>(r.sd >> 16)));
-    const float ds[2] = {__fmul_rn(d, float(static_cast<int8_t>(r.sd & 0xffu))),
-                         __fmul_rn(d, float(static_cast<int8_t>((r.sd >> 8) & 0xffu)))};
+  using type = block_q6_k;
+  static __device__ __forceinline__ void decode(const qgemm_params& p, int64_t n0, const uint8_t* stage, int64_t ks,
+                                                int col, smem_t& sm) {
+    const int quarter = threadIdx.x % 4, h = col / 128;
+    const uint8_t* blk = stage_row<type>(p, n0, stage, threadIdx.x / 4, ks);
+    const auto* qlp = reinterpret_cast<const uint16_t*>(blk + 64 * h + 32 * (quarter & 1));
+    const auto* qhp = reinterpret_cast<const uint16_t*>(blk + 128 + 32 * h);
+    const uint32_t scales = *reinterpret_cast<const uint16_t*>(blk + 192 + 8 * h + 2 * quarter);
+    const float d = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(blk + 208)));
+    const float ds[2] = {__fmul_rn(d, float(static_cast<int8_t>(scales & 0xffu))),
+                         __fmul_rn(d, float(static_cast<int8_t>((scales >> 8) & 0xffu)))};
+    const int lo_shift = 4 * (quarter >> 1), hi_shift = 2 * quarter;
     uint32_t out[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) {  // weights l = 2i, 2i + 1
-      const int w = i / 2, sh = 16 * (i % 2);
+      const uint32_t ql = qlp[i], qh = qhp[i];
       float v[2];
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const uint32_t ql = (r.ql[w] >> (sh + 8 * j)) & 0xffu, qh = (r.qh[w] >> (sh + 8 * j)) & 0xffu;
-        const int q = int(((ql >> lo_shift) & 15u) | (((qh >> hi_shift) & 3u) << 4)) - 32;
+        const int q = int((((ql >> (8 * j)) >> lo_shift) & 15u) | ((((qh >> (8 * j)) >> hi_shift) & 3u) << 4)) - 32;
         v[j] = __fmul_rn(ds[i / 8], float(q));
       }
       out[i] = pack_half2(v[0], v[1]);
@@ -215,46 +278,100 @@ __device__ __forceinline__ void store_x(const uint4 (&r)[x_tile<NT>::regs], smem
   }
 }
 
-// Grid: (row tiles, pieces of n_in). NT: 16-token fragments (ceil(n_tok / 16)).
+// Stages a block streams weights through: below sm_80 one (the next stage waits in registers
+// until the current one is decoded), else stage_geom's S.
+template <class T>
+__host__ __device__ constexpr int stages_for(bool cp_async) {
+  return cp_async ? stage_geom<T>::S : 1;
+}
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+constexpr bool k_cp_async = true;
+#else
+constexpr bool k_cp_async = false;
+#endif
+
+// Dynamic shared memory of a launch: the tiles, then the stages.
+template <class T>
+constexpr size_t smem_bytes(bool cp_async) {
+  return sizeof(smem_t) + size_t(stages_for<T>(cp_async)) * stage_geom<T>::bytes;
+}
+
+template <int S>
+__device__ __forceinline__ void wait_stage() {
+  cp_async_wait<S >= 2 ? S - 2 : 0>();
+}
+
+// The products of one K step: this warp's 16 weight rows against its token fragments.
+template <int NT, int NH>
+__device__ __forceinline__ void step_products(const smem_t& sm, int rw, int f0,
+                                              wmma::fragment<wmma::accumulator, 16, 16, 16, float> (&acc)[NH]) {
+#pragma unroll
+  for (int kk = 0; kk < BK; kk += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+    wmma::load_matrix_sync(fa, sm.ab.w + rw * 16 * LDH + kk, LDH);
+#pragma unroll
+    for (int i = 0; i < NH; ++i) {
+      if (f0 + i >= NT) break;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+      wmma::load_matrix_sync(fb, sm.ab.x + (f0 + i) * 16 * LDH + kk, LDH);
+      wmma::mma_sync(acc[i], fa, fb, acc[i]);
+    }
+  }
+}
+
+// Grid: (row tiles, pieces of n_in). NT: 16-token fragments (ceil(n_tok / 16)). A super-step is
+// one stage (KS columns, two K steps; the piece's last may be one).
 template <class L, int NT>
 __global__ void __launch_bounds__(k_threads) qgemm_kernel(qgemm_params p) {
-  __shared__ __align__(32) smem_t sm;
+  using T = typename L::type;
+  using G = stage_geom<T>;
+  constexpr int S = stages_for<T>(k_cp_async);
+  extern __shared__ __align__(128) uint8_t dyn[];
+  smem_t& sm = *reinterpret_cast<smem_t*>(dyn);
+  const auto stage = [&](int64_t s) { return dyn + sizeof(smem_t) + (s % S) * G::bytes; };
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * BN;
   const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * p.k_steps * BK;
   const int64_t k_end = min(p.n_in, k_begin + static_cast<int64_t>(p.k_steps) * BK);
+  const int64_t steps = (k_end - k_begin) / BK, supers = (steps + 1) / 2;
   // This warp's 16 weight rows and token fragments f0 .. f0 + NH - 1 (those below NT).
   constexpr int NH = (NT + 1) / 2;
   const int warp = threadIdx.x / 32, rw = warp % k_row_warps, f0 = (warp / k_row_warps) * NH;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NH];
 #pragma unroll
   for (int i = 0; i < NH; ++i) wmma::fill_fragment(acc[i], 0.f);
+  // Weights are never written by an earlier kernel: their first stages go ahead of pdl_wait.
+  stage_fill<T> fill;
+  for (int s = 0; s < max(S - 1, 1); ++s) {
+    if (s < supers) {
+      fill.begin(p, n0, k_begin + s * KS, k_end, stage(s));
+      fill.end(stage(s));
+    }
+    cp_async_commit();
+  }
   pdl_wait();
-  typename L::raw wr;
   uint4 xr[x_tile<NT>::regs];
-  L::load(p, n0, k_begin, wr);
   load_x<NT>(p, k_begin, xr);
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
-    __syncthreads();  // the previous step's fragments are loaded
-    L::store(wr, k0, sm);
+  bool refill = false;
+  for (int64_t j = 0; j < steps; ++j) {
+    const int64_t s = j / 2, ks = k_begin + s * KS;
+    const int half = static_cast<int>(j % 2);
+    if (half == 0) wait_stage<S>();
+    __syncthreads();  // the stage has landed; the previous step's fragments are loaded
+    L::decode(p, n0, stage(s), ks, half * BK, sm);
     store_x<NT>(xr, sm);
     __syncthreads();
-    if (k0 + BK < k_end) {  // the next step's tiles are in flight during the products
-      L::load(p, n0, k0 + BK, wr);
-      load_x<NT>(p, k0 + BK, xr);
+    // The stage S - 1 ahead (with one stage: the next, in registers until this one is decoded).
+    const int64_t next = S > 1 ? s + S - 1 : s + 1;
+    if (half == 0) {
+      refill = next < supers;
+      if (refill) fill.begin(p, n0, k_begin + next * KS, k_end, stage(next));
+      cp_async_commit();
     }
-#pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-      wmma::load_matrix_sync(fa, sm.ab.w + rw * 16 * LDH + kk, LDH);
-#pragma unroll
-      for (int i = 0; i < NH; ++i) {
-        if (f0 + i >= NT) break;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
-        wmma::load_matrix_sync(fb, sm.ab.x + (f0 + i) * 16 * LDH + kk, LDH);
-        wmma::mma_sync(acc[i], fa, fb, acc[i]);
-      }
-    }
+    if (j + 1 < steps) load_x<NT>(p, k_begin + (j + 1) * BK, xr);
+    if (refill && (half == 1 || j + 1 == steps)) fill.end(stage(next)), refill = false;
+    step_products<NT, NH>(sm, rw, f0, acc);
   }
+  cp_async_wait<0>();
   pdl_trigger();
   __syncthreads();  // C overwrites the tiles
 #pragma unroll
@@ -285,20 +402,52 @@ __global__ void __launch_bounds__(256) qgemm_sum_kernel(const float* __restrict_
   }
 }
 
+// Whether the current device copies with cp.async (compute capability 8+), cached per device.
+bool device_cp_async() {
+  constexpr int k_max_devices = 64;
+  static std::atomic<int> cache[k_max_devices];  // 0 unknown, 1 no, 2 yes
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= k_max_devices) return false;
+  int v = cache[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    v = major >= 8 ? 2 : 1;
+    cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v == 2;
+}
+
+// Launches one instantiation with its stages' shared memory, raising the kernel's dynamic shared
+// memory limit once per device (past 48 KiB it must be asked for).
+template <class L, int NT>
+cudaError_t launch_with_stages(const qgemm_params& p, dim3 grid, cudaStream_t s) {
+  constexpr int k_max_devices = 64;
+  static std::atomic<uint64_t> raised{0};  // bit d: done on device d
+  const size_t bytes = smem_bytes<typename L::type>(device_cp_async());
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= k_max_devices) return cudaErrorInvalidDevice;
+  if (!(raised.load(std::memory_order_relaxed) >> dev & 1u)) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(qgemm_kernel<L, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    if (e != cudaSuccess) return e;
+    raised.fetch_or(uint64_t{1} << dev, std::memory_order_relaxed);
+  }
+  return launch_pdl_shared(qgemm_kernel<L, NT>, grid, dim3(k_threads), bytes, s, p);
+}
+
 template <class L>
 cudaError_t launch_nt(const qgemm_params& p, dim3 grid, cudaStream_t s) {
   switch ((p.n_tok + 15) / 16) {
-    case 1: return launch_pdl(qgemm_kernel<L, 1>, grid, dim3(k_threads), s, p);
-    case 2: return launch_pdl(qgemm_kernel<L, 2>, grid, dim3(k_threads), s, p);
-    case 3: return launch_pdl(qgemm_kernel<L, 3>, grid, dim3(k_threads), s, p);
-    default: return launch_pdl(qgemm_kernel<L, 4>, grid, dim3(k_threads), s, p);
+    case 1: return launch_with_stages<L, 1>(p, grid, s);
+    case 2: return launch_with_stages<L, 2>(p, grid, s);
+    case 3: return launch_with_stages<L, 3>(p, grid, s);
+    default: return launch_with_stages<L, 4>(p, grid, s);
   }
 }
 
 cudaError_t launch_of(ggml_type t, const qgemm_params& p, dim3 grid, cudaStream_t s) {
   switch (t) {
-    case ggml_type::f32: return launch_nt<generic_loader<f32_w>>(p, grid, s);
-    case ggml_type::f16: return launch_nt<generic_loader<f16_w>>(p, grid, s);
     case ggml_type::q4_0: return launch_nt<generic_loader<block_q4_0>>(p, grid, s);
     case ggml_type::q4_1: return launch_nt<generic_loader<block_q4_1>>(p, grid, s);
     case ggml_type::q5_0: return launch_nt<generic_loader<block_q5_0>>(p, grid, s);
@@ -324,19 +473,23 @@ int sm_count() {
 }
 
 // K steps per piece: enough pieces that about four blocks per SM are in flight (a matrix of few
-// rows streams its weights from more SMs), at most 16 pieces.
+// rows streams its weights from more SMs), at most 16 pieces; an even count, so that every
+// piece's stages start on whole blocks (256 columns: a K-quant block).
 int steps_per_piece(int64_t n_in, int64_t n_out) {
   const int64_t steps = n_in / BK, tiles = (n_out + BN - 1) / BN;
   const int64_t want = (4 * int64_t(std::max(sm_count(), 1)) + tiles - 1) / tiles;
   const int64_t pieces = std::clamp<int64_t>(want, 1, std::min<int64_t>(steps, 16));
-  return static_cast<int>((steps + pieces - 1) / pieces);
+  const int64_t per = (steps + pieces - 1) / pieces;
+  return static_cast<int>(per + per % 2);
 }
 
 bool aligned(const void* p, uintptr_t to) { return reinterpret_cast<uintptr_t>(p) % to == 0; }
 
 }  // namespace
 
-bool gpu_can_qgemm(ggml_type t) { return row_src_reads(t); }
+// f32 and f16 rows (rare: a small model's tied head) take the GEMM path: a stage of 256 such
+// columns would not fit sm_70's shared memory beside the tiles.
+bool gpu_can_qgemm(ggml_type t) { return row_src_reads(t) && t != ggml_type::f32 && t != ggml_type::f16; }
 
 int qgemm_splits(int64_t n_in, int64_t n_out) {
   if (n_in < BK || n_out < 1) return 1;

@@ -16,7 +16,7 @@ namespace tandem {
 constexpr int k_qgemm_max_tokens = 64;
 constexpr int k_qgemm_k_step = 128;  // n_in must be a multiple of this
 
-// F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K (as the mat-vec).
+// Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K (F32 and F16 rows take the GEMM path).
 bool gpu_can_qgemm(ggml_type t);
 
 // The pieces the n_in dimension is cut into on this device for a matrix of n_out rows (1 when

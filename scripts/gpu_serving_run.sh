@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# On the GPU machine, in one call: build for sm_90, the scheduler's gpu tests, then tandemd serving
-# a random Qwen3-8B-shaped model on GPU 0 and `tandem loadgen` at 1, 4, 16 and 64 clients
-# (issue 23's figures). Env: STEPS (default "build test bench"), PRESET (qwen3-8b), TYPE (Q4_K_M),
-# PARALLEL (64), CONTEXT (tokens per sequence, 1024), CLIENTS ("1 4 16 64"), TOKENS (128),
-# BUILD_DIR (build-gpu).
+# On the GPU machine, in one call: build for sm_90, the scheduler's and the decode-batch GEMM's gpu
+# tests and the GEMM's bandwidth table, then on a random Qwen3-8B-shaped model `tandem-model bench`
+# of 1..64 sequences decoding together and tandemd serving it on GPU 0 to `tandem loadgen` at 1, 4,
+# 16 and 64 clients (issue 23's figures). Env: STEPS (default "build test bench"), PRESET
+# (qwen3-8b), TYPE (Q4_K_M), PARALLEL (64), CONTEXT (tokens per sequence, 1024), CLIENTS
+# ("1 4 16 64"), TOKENS (128), BUILD_DIR (build-gpu).
 # Usage (repo root, .devdeps/ alongside): bash scripts/gpu_serving_run.sh
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,10 +19,13 @@ tm=$build/client/tandem_model/tandem-model td=$build/daemon/tandemd tc=$build/cl
 if has test; then
   "$build/tests/engine/runtime/runtime_scheduler_cuda_test" >/tmp/scheduler-cuda.log 2>&1; echo "scheduler cuda test: exit $?"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|request" /tmp/scheduler-cuda.log | head -20
+  "$build/tests/kernels/kernels_qgemm_test" --gtest_brief=1 --gtest_filter=-big.* 2>&1 | tail -15
+  "$build/tests/kernels/kernels_qgemm_test" --gtest_filter=big.* 2>&1 | grep -vE "^\[|^$"
 fi
 has bench || exit 0
 m=/tmp/serve-${TYPE:-Q4_K_M}.gguf sock=/tmp/tandem-serve.sock
 "$tm" make --preset "${PRESET:-qwen3-8b}" --type "${TYPE:-Q4_K_M}" --row-pool 256 -o "$m" -q || exit 1
+"$tm" bench -m "$m" -p 16 -n 64 -b 1,8,9,16,32,64 -r 2 --no-ceilings 2>&1 | grep -E "^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'
 echo "== tandemd on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%FT%TZ)"
 "$td" --socket "$sock" --config /dev/null --gpu 0 --parallel "${PARALLEL:-64}" --context "${CONTEXT:-1024}" \
   --prefill-chunk 512 --queue-depth 1024 --max-connections-per-user 1024 --model "m=$m" >/tmp/tandemd-serve.log 2>&1 &

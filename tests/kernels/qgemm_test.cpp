@@ -27,8 +27,8 @@ using test::time_us;
 
 float f16_round(float v) { return fp16_to_fp32(fp32_to_fp16(v)); }
 
-const ggml_type k_types[] = {ggml_type::f32,  ggml_type::f16,  ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0,
-                             ggml_type::q5_1, ggml_type::q8_0, ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k};
+const ggml_type k_types[] = {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
+                             ggml_type::q8_0, ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k};
 
 struct qgemm_case {
   ggml_type type;
@@ -92,6 +92,9 @@ TEST(qgemm, matches_cpu_for_token_counts_and_pieces) {
   for (int n_tok : {9, 16, 17, 33, 48, 64}) check({ggml_type::q4_k, 2048, 64, n_tok, n_tok % 2 == 1});
   check({ggml_type::q6_k, 1024, 777, 40, false});
   check({ggml_type::q8_0, 384, 130, 64, true});
+  // Pieces of an odd count of K steps: the last stage of the last piece holds one step.
+  ASSERT_GT(qgemm_splits(2432, 64), 1);
+  check({ggml_type::q5_0, 2432, 70, 24, false});
 }
 
 TEST(qgemm, a_tokens_result_does_not_depend_on_the_batch) {
@@ -118,12 +121,14 @@ TEST(qgemm, refuses_bad_sizes) {
   EXPECT_EQ(launch(ggml_type::q4_0, 96, 16, w.p), cudaErrorInvalidValue);   // not a multiple of 128
   EXPECT_EQ(launch(ggml_type::q4_k, 128, 16, w.p), cudaErrorInvalidValue);  // not whole Q4_K blocks
   EXPECT_EQ(launch(ggml_type::bf16, 256, 16, w.p), cudaErrorInvalidValue);
+  EXPECT_EQ(launch(ggml_type::f16, 256, 16, w.p), cudaErrorInvalidValue);  // the GEMM path's
+  EXPECT_EQ(launch(ggml_type::f32, 256, 16, w.p), cudaErrorInvalidValue);
   EXPECT_EQ(launch(ggml_type::q4_0, 256, 16, static_cast<const uint8_t*>(w.p) + 2), cudaErrorMisalignedAddress);
-  // Two pieces of 128 inputs for one 64-row tile: their sums need the workspace.
-  ASSERT_GT(qgemm_work_bytes(256, 64, 16), 0u);
-  EXPECT_EQ(launch(ggml_type::q4_0, 256, 16, w.p), cudaErrorInvalidValue);
-  dev<uint8_t> work(qgemm_work_bytes(256, 64, 16));
-  EXPECT_EQ(launch_qgemm(ggml_type::q4_0, w.p, 256, 64, x.p, 16, y.p, false, work.p, nullptr), cudaSuccess);
+  // Two pieces of 256 inputs for one 64-row tile: their sums need the workspace.
+  ASSERT_GT(qgemm_work_bytes(512, 64, 16), 0u);
+  EXPECT_EQ(launch(ggml_type::q4_0, 512, 16, w.p), cudaErrorInvalidValue);
+  dev<uint8_t> work(qgemm_work_bytes(512, 64, 16));
+  EXPECT_EQ(launch_qgemm(ggml_type::q4_0, w.p, 512, 64, x.p, 16, y.p, false, work.p, nullptr), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
