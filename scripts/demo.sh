@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The README's main command: installs the build dependencies, builds tandem (Release, CUDA when found),
-# fetches the default model SmolLM2, starts tandemd on a temporary socket and asks it one question.
+# The README's main command: installs the build dependencies, builds tandem's three programs (tandemd,
+# tandem, tandem-model; Release, CUDA when found), fetches the default model SmolLM2, starts tandemd on
+# a temporary socket and asks it one question. The daemon's log is kept (its path printed) on failure.
 # Usage: scripts/demo.sh ["question"]   Env: BUILD_DIR (default build), JOBS, TANDEM_CUDA (AUTO|ON|OFF).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,7 @@ if [ -z "$archs" ]; then
 fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA="${TANDEM_CUDA:-AUTO}" \
   -DCMAKE_CUDA_ARCHITECTURES="$archs" >/dev/null
-cmake --build "$build" -j "${JOBS:-$(nproc)}" --target tandemd tandem
+cmake --build "$build" -j "${JOBS:-$(nproc)}" --target tandemd tandem tandem_model_cli
 gguf=$(bash scripts/fetch_model.sh)
 
 run_dir=$(mktemp -d "${TMPDIR:-/tmp}/tandem-demo.XXXXXX")
@@ -28,11 +29,13 @@ if [ "$archs" = native ]; then gpu=0; fi
   >"$run_dir/tandemd.log" 2>&1 &
 daemon_pid=$!
 stop_daemon() {
+  local rc=$?
   if kill -0 "$daemon_pid" 2>/dev/null; then
     kill -TERM "$daemon_pid"       # SIGTERM: tandemd drains its requests and removes the socket
     wait "$daemon_pid" || true
   fi
-  rm -rf "$run_dir"
+  # On success the run directory goes; on failure its log stays for reading.
+  if [ "$rc" -eq 0 ]; then rm -rf "$run_dir"; else echo "demo: failed; tandemd's log: $run_dir/tandemd.log" >&2; fi
 }
 trap stop_daemon EXIT
 trap 'exit 130' INT TERM
@@ -53,3 +56,5 @@ done
 echo "> $question"
 # Greedy (temperature 0), so the demo gives the same answer every time; the reply streams as it comes.
 "${tandem[@]}" run --temp 0 -n 128 "$question"
+echo "demo: the programs are $build/daemon/tandemd, $build/client/tandem/tandem and" \
+  "$build/client/tandem_model/tandem-model; README.md's Installing puts them on PATH or installs them." >&2

@@ -62,9 +62,11 @@ ggml_type plan_tensor(const gguf_tensor& t, const quant_target& target, const mi
   const std::string from(type_name(t.type)), to(type_name(c.type));
   if (!can_dequantize(t.type)) fail(t.name + ": cannot read type " + from + " in this build");
   if (!can_quantize(c.type)) fail(t.name + ": cannot write type " + to + " in this build");
-  if (is_block_type(t.type) && !o.allow_requantize)
-    fail(t.name + " is already " + from + "; requantizing to " + to +
-         " loses quality, pass --allow-requantize to do it anyway");
+  // Dequantizing (a block type to F32, F16 or BF16) is always allowed: F32 holds the values exactly,
+  // F16 and BF16 round them far below the block format's own error. Only block to block is refused.
+  if (is_block_type(t.type) && is_block_type(c.type) && !o.allow_requantize)
+    fail(t.name + " is already " + from + "; requantizing it to " + to + " adds a second rounding and loses " +
+         "quality. Pass --allow-requantize to do it anyway, or quantize from an F32, F16 or BF16 file");
   if (c.fallback && !o.quiet)
     std::fprintf(stderr, "note: %s: row of %llu is not a multiple of the block size; using %s\n",
                  t.name.c_str(), static_cast<unsigned long long>(t.dims[0]), to.c_str());
@@ -112,7 +114,8 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_option("type", o->type, "File type: " + joined(target_names()))->required();
   cmd->add_option("--threads", o->threads, "Worker threads (default: all cores)");
   cmd->add_flag("--allow-requantize", o->allow_requantize,
-                "Allow converting tensors that are already quantized");
+                "Allow quantizing tensors that are already quantized to another block type "
+                "(dequantizing to F32, F16 or BF16 needs no flag)");
   cmd->add_flag("--pure", o->pure, "No mixture: every 2-D weight gets the base type");
   cmd->add_flag("-q,--quiet", o->quiet, "No progress output");
   cmd->callback([o] { run_quantize(*o); });

@@ -5,17 +5,20 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "gguf/gguf_reader.h"
+#include "quant/quant.h"
 #include "tandem_model_harness.h"
 
 namespace fs = std::filesystem;
@@ -248,6 +251,22 @@ TEST_F(TandemModel, QuantizeFollowsTheMixtureAndKeepsMetadata) {
   r = run("quantize -q --allow-requantize " + out + " " + path("q8.gguf") + " Q8_0");
   ASSERT_EQ(r.code, 0) << r.err;
   check_layout(path("q8.gguf"), "Q8_0", 8);
+
+  // Dequantizing needs no flag: to F16, and to F32 the values exactly as the library decodes them.
+  for (const char* ftype : {"F16", "F32", "BF16"}) {
+    const std::string deq = path(std::string("deq_") + ftype + ".gguf");
+    r = run("quantize -q " + out + " " + deq + " " + ftype);
+    ASSERT_EQ(r.code, 0) << ftype << ": " << r.err;
+    check_layout(deq, ftype, 8);
+  }
+  auto f32 = tandem::gguf_file::open(path("deq_F32.gguf"));
+  ASSERT_TRUE(f32.ok());
+  const tandem::gguf_tensor* qt = q->find_tensor("blk.0.ffn_up.weight");
+  const tandem::gguf_tensor* ft = f32->find_tensor("blk.0.ffn_up.weight");
+  ASSERT_TRUE(qt && ft);
+  std::vector<float> want(qt->n_elements);
+  tandem::dequantize_row(qt->type, qt->data, want.data(), int64_t(qt->n_elements));
+  EXPECT_EQ(std::memcmp(want.data(), ft->data, want.size() * sizeof(float)), 0);
 }
 
 TEST_F(TandemModel, BadInputFailsWithAMessage) {
@@ -372,8 +391,7 @@ TEST_F(TandemModel, UnknownCommandIsNamed) {
 }
 
 // bench's depth and ubatch options: documented in --help, checked before any model is loaded
-// (bad usage exits 2), and accepted as comma lists (a CPU build then fails for want of CUDA; a
-// CUDA build for want of the model file).
+// (bad usage exits 2), and accepted as comma lists (then failing for want of the model file).
 TEST_F(TandemModel, BenchDepthAndUbatchOptions) {
   run_result r = run("bench --help");
   EXPECT_EQ(r.code, 0) << r.err;
@@ -386,6 +404,46 @@ TEST_F(TandemModel, BenchDepthAndUbatchOptions) {
   r = run("bench -m " + missing + " -d 0,512 -u 256 -p 64 -n 4 -r 1");
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_TRUE(has(r.err, "CUDA") || has(r.err, "missing.gguf")) << r.err;
+}
+
+// bench on the CPU backend (--device -1; also the default without a GPU): the llama-bench-like
+// table with the CPU as backend, decode set against the host's measured copy bandwidth, prefill
+// without a ceiling; depths and decode batches as on the GPU; --json the same figures.
+TEST_F(TandemModel, BenchRunsOnTheCpuBackend) {
+  const std::string m = make("bench.gguf", "--preset tiny --type Q8_0");
+  run_result r = run("bench -m " + m + " --device -1 -t 2 -p 16 -n 4 -r 2 -d 0,8 -b 1,2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* want : {"ceilings: host memory copy", "GB/s", "threads: 2", "| backend |", "of ceiling"})
+    EXPECT_TRUE(has(r.out, want)) << want << "\n" << r.out;
+  int rows = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("| CPU ") == std::string::npos) continue;
+    ++rows;
+    if (has(line, "pp16")) {
+      EXPECT_TRUE(has(line, "(no ceiling)")) << line;
+    } else {
+      EXPECT_TRUE(has(line, "% of copy BW")) << line;
+    }
+  }
+  EXPECT_EQ(rows, 6) << r.out;  // pp16, tg4, tg4 b2 at depths 0 and 8
+  for (const char* test : {"pp16 ", "tg4 ", "tg4 b2 ", "pp16 @ d8", "tg4 @ d8", "tg4 b2 @ d8"})
+    EXPECT_TRUE(has(r.out, test)) << test << "\n" << r.out;
+
+  r = run("bench -m " + m + " --gpu -1 -p 16 -n 4 -r 1 --json --no-ceilings");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["backend"], "CPU");
+  EXPECT_TRUE(j["ceilings"]["copy_gb_per_s"].is_null());
+  ASSERT_EQ(j["results"].size(), 2u);
+  for (const auto& row : j["results"]) {
+    EXPECT_EQ(row["backend"], "CPU");
+    EXPECT_GT(row["t_per_s"].get<double>(), 0.0) << row.dump();
+  }
+  // GPU-only flags on the CPU path are refused with a reason, not ignored.
+  r = run("bench -m " + m + " --device -1 -p 16 -n 4 -r 1 --profile");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(has(r.err, "--profile needs the CUDA backend")) << r.err;
 }
 
 // The 6 GB qwen3-8b Q6_K check is too slow for CI; set TANDEM_SLOW_TESTS=1 to run it.

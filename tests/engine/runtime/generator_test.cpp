@@ -32,8 +32,14 @@ engine make_engine(uint32_t n_ctx = 64) {
   return e;
 }
 
-// Token i stands for the text "<i>".
-std::string text_of(int32_t id) { return "<" + std::to_string(id) + ">"; }
+// Token i stands for the text "<i>". Built this way round: `"<" + to_string` trips a false
+// -Wrestrict in GCC 12.
+std::string text_of(int32_t id) {
+  std::string s = "<";
+  s += std::to_string(id);
+  s += '>';
+  return s;
+}
 
 const std::vector<int32_t> k_prompt = {3, 14, 15, 92, 65, 35};
 

