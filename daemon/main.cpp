@@ -8,6 +8,10 @@
 #include "registry/engine_model.h"
 #include "server/server.h"
 
+#ifdef TANDEM_HAVE_CUDA_BACKEND
+#include "backend/cuda/cuda_backend.h"
+#endif
+
 int main(int argc, char** argv) {
   using namespace tandem::daemon;
   auto parsed = parse_config(argc, argv);
@@ -20,6 +24,11 @@ int main(int argc, char** argv) {
   parse_log_level(cfg.log_level, lvl);
   set_log_level(lvl);
   if (!cfg.config_file.empty()) log(log_level::info, "configuration from ", cfg.config_file);
+  int devices = 0;
+#ifdef TANDEM_HAVE_CUDA_BACKEND
+  if (cfg.gpu == k_gpu_auto && cfg.gpus.empty()) devices = tandem::cuda_backend_device_count();
+#endif
+  if (auto chose = resolve_gpu_auto(cfg, devices); !chose.empty()) log(log_level::info, chose);
 
   engine_options eo;
   eo.gpu = cfg.gpu;

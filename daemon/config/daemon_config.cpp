@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -60,6 +61,7 @@ struct raw_options {
   std::vector<std::string> models;
   std::vector<std::string> model_gpus, model_ratios, model_split;  // NAME=VALUE
   std::string memory_budget = "0";
+  std::string gpu = "auto";
 };
 
 void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
@@ -99,8 +101,10 @@ void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
   app.add_option("--gpu-wait", c.gpu_wait,
                  "Seconds to wait at start for the configured GPUs before exiting with status 1")
       ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
-  app.add_option("--gpu", c.gpu, "CUDA device that serves models (-1: the CPU backend)")
-      ->check(CLI::Range(-1, 1023))->capture_default_str();
+  app.add_option("--gpu", raw.gpu,
+                 "CUDA device that serves models: an id, -1 (the CPU backend) or auto (every GPU present; "
+                 "the CPU when there is none)")
+      ->capture_default_str();
   app.add_option("--gpus", c.gpus,
                  "Several CUDA devices, each model split over them, e.g. 0,1 or 0=16GiB,1=32GiB (caps); "
                  "a model whose memory plan does not fit is refused (overrides --gpu)");
@@ -179,6 +183,15 @@ parse_outcome finish(CLI::App& app, daemon_config c, const raw_options& raw) {
   for (const auto& [name, split] : c.model_split)
     if (split != "layer" && split != "tensor")
       return usage_error("--model-split '" + name + "=" + split + "': the split is layer or tensor");
+  if (raw.gpu == "auto") {
+    c.gpu = k_gpu_auto;
+  } else {
+    char* end = nullptr;
+    const long id = std::strtol(raw.gpu.c_str(), &end, 10);
+    if (raw.gpu.empty() || *end != 0 || id < -1 || id > 1023)
+      return usage_error("--gpu '" + raw.gpu + "': expected auto, -1 (the CPU backend) or a CUDA device id 0-1023");
+    c.gpu = static_cast<int>(id);
+  }
   auto budget = parse_byte_size(raw.memory_budget, "--memory-budget");
   if (!budget) return usage_error(budget.message());
   c.memory_budget = *budget;
@@ -265,6 +278,19 @@ parse_outcome reparse_config(const std::vector<std::string>& argv) {
   std::vector<const char*> ptrs;
   for (const auto& a : argv) ptrs.push_back(a.c_str());
   return parse_config(static_cast<int>(ptrs.size()), ptrs.data());
+}
+
+std::string resolve_gpu_auto(daemon_config& c, int devices) {
+  if (c.gpu != k_gpu_auto) return {};
+  c.gpu = -1;
+  if (!c.gpus.empty()) return "gpu = auto: gpus = " + c.gpus + " serves";
+  if (devices <= 0) return "gpu = auto: no CUDA device found; models are served on the CPU";
+  if (devices == 1) {
+    c.gpu = 0;
+    return "gpu = auto: CUDA device 0 serves models";
+  }
+  for (int d = 0; d < devices; ++d) c.gpus += (d ? "," : "") + std::to_string(d);
+  return "gpu = auto: each model is split over CUDA devices " + c.gpus;
 }
 
 }  // namespace tandem::daemon

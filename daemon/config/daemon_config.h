@@ -24,6 +24,8 @@ struct model_spec {
   std::string path;
 };
 
+constexpr int k_gpu_auto = -2;  // daemon_config::gpu before resolve_gpu_auto
+
 struct daemon_config {
   std::string config_file;  // the file that was read; empty if none
   std::string socket_path = "/run/tandem/tandemd.sock";
@@ -57,7 +59,8 @@ struct daemon_config {
   // Seconds to wait at start for the GPUs the configuration names (a driver still coming up)
   // before giving up with exit status 1; READY=1 is not sent while waiting.
   double gpu_wait = 60;
-  int gpu = -1;  // CUDA device that serves models; -1: the CPU backend
+  // CUDA device that serves models; -1: the CPU backend; k_gpu_auto ("auto"): resolve_gpu_auto.
+  int gpu = k_gpu_auto;
   std::string gpus;    // several CUDA devices, each model split by layers over them ("0,1", "0=16GiB,1=32GiB")
   std::string ratios;  // with gpus: shares per device in these proportions; empty: the memory plan's
   std::string split = "layer";  // with gpus: layer ranges, or tensor (every layer cut)
@@ -68,6 +71,12 @@ struct daemon_config {
   double drain_timeout = 30;
   std::string log_level = "info";
 };
+
+// gpu = auto, resolved against the `devices` CUDA devices present: nothing when gpus is set;
+// none: the CPU backend; one: that device; several: gpus lists them all (each model split over
+// them by its memory plan). Only auto falls back to the CPU: a device named by id is waited for
+// (gpu-wait) or the daemon exits. Returns the choice in words, for the log.
+std::string resolve_gpu_auto(daemon_config& c, int devices);
 
 // Parses argv (and the config file it names or the default one, if present). Returns the config,
 // or, with exit_now, the text to print and the status to exit with: exit_ok for --help and

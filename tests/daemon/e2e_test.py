@@ -58,6 +58,9 @@ class Daemon:
         cmd = list(wrapper) + [ARGS.tandemd, "--socket", self.sock, "--threads", "1", "--config", os.devnull]
         for alias, path in models:
             cmd += ["--model", "%s=%s" % (alias, path)]
+        # The CPU backend unless a test names devices (gpu = auto would take a GPU where there is one).
+        if not any(a in ("--gpu", "--gpus") for a in extra):
+            cmd += ["--gpu", "-1"]
         cmd += list(extra)
         self.n_models = len(models)
         self.log = open(os.path.join(TMP, "tandemd.log"), "ab")

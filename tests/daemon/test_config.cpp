@@ -34,10 +34,40 @@ TEST(daemon_config, file_keys_and_flags_over_them) {
   EXPECT_EQ(r.config.context, 2048u);
 }
 
-TEST(daemon_config, gpu_defaults_to_the_cpu_backend) {
+TEST(daemon_config, gpu_defaults_to_auto) {
   auto r = parse({"--config", "/dev/null"});
   ASSERT_FALSE(r.exit_now) << r.output;
-  EXPECT_EQ(r.config.gpu, -1);
+  EXPECT_EQ(r.config.gpu, k_gpu_auto);
+  config_file f("gpu = \"auto\"\n");
+  auto file = parse({"--config", f.path});
+  ASSERT_FALSE(file.exit_now) << file.output;
+  EXPECT_EQ(file.config.gpu, k_gpu_auto);
+  auto cpu = parse({"--config", "/dev/null", "--gpu", "-1"});
+  ASSERT_FALSE(cpu.exit_now) << cpu.output;
+  EXPECT_EQ(cpu.config.gpu, -1);
+}
+
+// auto: every GPU present, the CPU only when there is none; ids and gpus are left as given.
+TEST(daemon_config, gpu_auto_takes_every_device_present) {
+  const auto resolved = [](int devices, daemon_config c = {}) {
+    const std::string said = resolve_gpu_auto(c, devices);
+    EXPECT_FALSE(said.empty());
+    return c;
+  };
+  EXPECT_EQ(resolved(0).gpu, -1);
+  EXPECT_TRUE(resolved(0).gpus.empty());
+  EXPECT_EQ(resolved(1).gpu, 0);
+  EXPECT_TRUE(resolved(1).gpus.empty());
+  EXPECT_EQ(resolved(3).gpu, -1);
+  EXPECT_EQ(resolved(3).gpus, "0,1,2");
+  daemon_config listed;
+  listed.gpus = "1=8GiB";
+  EXPECT_EQ(resolved(2, listed).gpus, "1=8GiB");
+  EXPECT_EQ(resolved(2, listed).gpu, -1);
+  daemon_config named;
+  named.gpu = 3;  // a named device never falls back: resolve leaves it (gpu-wait decides)
+  EXPECT_EQ(resolve_gpu_auto(named, 0), "");
+  EXPECT_EQ(named.gpu, 3);
 }
 
 TEST(daemon_config, misspelt_key_is_an_error) {
@@ -51,9 +81,12 @@ TEST(daemon_config, misspelt_key_is_an_error) {
 }
 
 TEST(daemon_config, out_of_range_gpu_is_an_error) {
-  auto r = parse({"--config", "/dev/null", "--gpu", "-2"});
-  EXPECT_TRUE(r.exit_now);
-  EXPECT_EQ(r.exit_code, exit_usage);
+  for (const char* bad : {"-2", "1024", "two", "0x1", ""}) {
+    auto r = parse({"--config", "/dev/null", "--gpu", bad});
+    EXPECT_TRUE(r.exit_now) << bad;
+    EXPECT_EQ(r.exit_code, exit_usage) << bad;
+    EXPECT_NE(r.output.find("expected auto, -1"), std::string::npos) << bad << ": " << r.output;
+  }
 }
 
 // tandemd(8): every command-line or file error exits 2, --help and --version exit 0.

@@ -21,7 +21,7 @@ GREEDY = {"max_tokens": 16, "temperature": 0}
 class Daemon:
     def __init__(self, models, extra=(), socket_path=None):
         self.sock = socket_path or os.path.join(TMP, "d%d.sock" % time.monotonic_ns())
-        cmd = [ARGS.tandemd, "--socket", self.sock, "--threads", "1", "--config", os.devnull]
+        cmd = [ARGS.tandemd, "--socket", self.sock, "--threads", "1", "--gpu", "-1", "--config", os.devnull]
         for alias, path in models:
             cmd += ["--model", "%s=%s" % (alias, path)]
         cmd += list(extra)
