@@ -4,7 +4,7 @@
 # of 1..64 sequences decoding together and tandemd serving it on GPU 0 to `tandem loadgen` at 1, 4,
 # 16 and 64 clients (issue 23's figures). Env: STEPS (default "build test bench"), PRESET
 # (qwen3-8b), TYPE (Q4_K_M), PARALLEL (64), CONTEXT (tokens per sequence, 1024), CLIENTS
-# ("1 4 16 64"), TOKENS (128), BUILD_DIR (build-gpu).
+# ("1 4 16 64"), TOKENS (128), CHUNK (prefill-chunk, 512), BUILD_DIR (build-gpu).
 # Usage (repo root, .devdeps/ alongside): bash scripts/gpu_serving_run.sh
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,7 +28,7 @@ m=/tmp/serve-${TYPE:-Q4_K_M}.gguf sock=/tmp/tandem-serve.sock
 "$tm" bench -m "$m" -p 16 -n 64 -b 1,8,9,16,32,64 -r 2 --no-ceilings 2>&1 | grep -E "^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'
 echo "== tandemd on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%FT%TZ)"
 "$td" --socket "$sock" --config /dev/null --gpu 0 --parallel "${PARALLEL:-64}" --context "${CONTEXT:-1024}" \
-  --prefill-chunk 512 --queue-depth 1024 --max-connections-per-user 1024 --model "m=$m" >/tmp/tandemd-serve.log 2>&1 &
+  --prefill-chunk "${CHUNK:-512}" --queue-depth 1024 --max-connections-per-user 1024 --model "m=$m" >/tmp/tandemd-serve.log 2>&1 &
 pid=$!
 for _ in $(seq 600); do "$tc" --socket "$sock" --json models 2>/dev/null | grep -q '"resident"' && break; sleep 0.2; done
 for c in ${CLIENTS:-1 4 16 64}; do
