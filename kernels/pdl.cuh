@@ -6,9 +6,10 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <utility>
+
+#include "kernels/device_attribute.h"
 
 namespace tandem {
 
@@ -34,19 +35,7 @@ inline bool pdl_supported() {
     const char* e = std::getenv("TANDEM_CUDA_PDL");
     return e && e[0] == '0' && e[1] == 0;
   }();
-  if (off) return false;
-  constexpr int k_max_devices = 64;
-  static std::atomic<int> cache[k_max_devices];  // 0 unknown, 1 no, 2 yes
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= k_max_devices) return false;
-  int v = cache[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
-    int major = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-    v = major >= 9 ? 2 : 1;
-    cache[dev].store(v, std::memory_order_relaxed);
-  }
-  return v == 2;
+  return !off && device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
 }
 
 // Launches kernel<<<grid, block, smem, s>>>(args...) as a programmatic dependent of the previous

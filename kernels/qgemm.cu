@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "kernels/device_attribute.h"
 #include "kernels/pdl.cuh"
 #include "kernels/quant_blocks.cuh"
 
@@ -368,7 +369,7 @@ __global__ void __launch_bounds__(k_threads) qgemm_kernel(qgemm_params p) {
       cp_async_commit();
     }
     if (j + 1 < steps) load_x<NT>(p, k_begin + (j + 1) * BK, xr);
-    if (refill && (half == 1 || j + 1 == steps)) fill.end(stage(next)), refill = false;
+    if (refill && half == 1) fill.end(stage(next)), refill = false;  // (a last one-step stage refills none)
     step_products<NT, NH>(sm, rw, f0, acc);
   }
   cp_async_wait<0>();
@@ -402,21 +403,8 @@ __global__ void __launch_bounds__(256) qgemm_sum_kernel(const float* __restrict_
   }
 }
 
-// Whether the current device copies with cp.async (compute capability 8+), cached per device.
-bool device_cp_async() {
-  constexpr int k_max_devices = 64;
-  static std::atomic<int> cache[k_max_devices];  // 0 unknown, 1 no, 2 yes
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= k_max_devices) return false;
-  int v = cache[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
-    int major = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-    v = major >= 8 ? 2 : 1;
-    cache[dev].store(v, std::memory_order_relaxed);
-  }
-  return v == 2;
-}
+// Whether the current device copies with cp.async (compute capability 8+).
+bool device_cp_async() { return device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 8; }
 
 // Launches one instantiation with its stages' shared memory, raising the kernel's dynamic shared
 // memory limit once per device (past 48 KiB it must be asked for).
@@ -460,24 +448,13 @@ cudaError_t launch_of(ggml_type t, const qgemm_params& p, dim3 grid, cudaStream_
   }
 }
 
-// Streaming multiprocessors of the current device, cached per device (0 when unknown).
-int sm_count() {
-  constexpr int k_max_devices = 64;
-  static std::atomic<int> cache[k_max_devices];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= k_max_devices) return 0;
-  int v = cache[dev].load(std::memory_order_relaxed);
-  if (v == 0 && cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
-    cache[dev].store(v, std::memory_order_relaxed);
-  return v;
-}
-
 // K steps per piece: enough pieces that about four blocks per SM are in flight (a matrix of few
 // rows streams its weights from more SMs), at most 16 pieces; an even count, so that every
 // piece's stages start on whole blocks (256 columns: a K-quant block).
 int steps_per_piece(int64_t n_in, int64_t n_out) {
   const int64_t steps = n_in / BK, tiles = (n_out + BN - 1) / BN;
-  const int64_t want = (4 * int64_t(std::max(sm_count(), 1)) + tiles - 1) / tiles;
+  const int64_t sms = std::max(device_attribute<cudaDevAttrMultiProcessorCount>(), 1);
+  const int64_t want = (4 * sms + tiles - 1) / tiles;
   const int64_t pieces = std::clamp<int64_t>(want, 1, std::min<int64_t>(steps, 16));
   const int64_t per = (steps + pieces - 1) / pieces;
   return static_cast<int>(per + per % 2);
