@@ -92,11 +92,14 @@ def main():
         stop.set()
         for t in threads:
             t.join()
-        # Idle again: nothing in flight, queued or running, one connection (the admin's).
+        # Idle again: nothing in flight, queued or running, one connection (the admin's), and the
+        # last swap's old instance joined (its mapped file would count in the resident memory).
         for _ in range(500):
             st = admin.call({"id": 5, "op": "status"})["result"]
             m = st["models"][0]
-            if st["in_flight"] == 0 and st["queued"] == 0 and m["sequences"]["running"] == 0 and st["connections"] == 1:
+            retired_gone = st["memory"]["budget_used_bytes"] == st["memory"]["model_bytes"]
+            if st["in_flight"] == 0 and st["queued"] == 0 and m["sequences"]["running"] == 0 and \
+                    st["connections"] == 1 and retired_gone:
                 break
             time.sleep(0.02)
         end = rss_and_fds(d.p.pid)
