@@ -10,7 +10,8 @@ set(TANDEM_CONFIG_DIR "/etc/tandem" CACHE PATH "Directory of tandemd.toml")
 option(TANDEM_DEB_SHLIBDEPS "Compute the package's library dependencies with dpkg-shlibdeps" ON)
 
 set(_pkg ${CMAKE_CURRENT_LIST_DIR})
-install(FILES ${_pkg}/tandemd.service ${_pkg}/tandemd.socket DESTINATION ${TANDEM_SYSTEMD_UNIT_DIR})
+install(FILES ${_pkg}/tandemd.service ${_pkg}/tandemd.socket ${_pkg}/tandem-http.service
+        DESTINATION ${TANDEM_SYSTEMD_UNIT_DIR})
 install(FILES ${_pkg}/tandem.sysusers.conf DESTINATION ${TANDEM_SYSUSERS_DIR} RENAME tandem.conf)
 install(FILES ${_pkg}/tandem.tmpfiles.conf DESTINATION ${TANDEM_TMPFILES_DIR} RENAME tandem.conf)
 install(FILES ${_pkg}/tandemd.toml DESTINATION ${TANDEM_CONFIG_DIR})
@@ -44,7 +45,8 @@ set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
     "tandemd keeps GGUF language models resident on one or more GPUs and serves
 local clients over a Unix socket (tandem-protocol(7)); models can be loaded,
 unloaded and hot-swapped while it serves. tandem is its command-line client,
-tandem-model an offline tool to inspect, make and quantize GGUF files.")
+tandem-model an offline tool to inspect, make and quantize GGUF files,
+tandem-http an OpenAI-compatible HTTP front (a separate, sandboxed service).")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "systemd")
 # dpkg-shlibdeps finds no shlibs entries for NVIDIA's libraries and leaves them out: name the
 # CUDA runtime, cuBLAS and (when linked) NCCL the binaries need, as NVIDIA's repository or

@@ -7,7 +7,8 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config git
       googletest libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
       python3 python3-msgpack python3-pip python3-setuptools python3-wheel clang-14 libclang-rt-14-dev
       jargon-text python3-numpy  # tests/model_quality: its public-domain text, its numpy reference
-      systemd)  # systemd-analyze: the shipped unit's sandboxing test
+      systemd  # systemd-analyze: the shipped unit's sandboxing test
+      python3-venv curl)  # tests/client/tandem_http: a venv for the openai package; curl as a client
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
