@@ -75,6 +75,7 @@ void connection::read_header() {
   phase_ = phase::reading;
   timed_out_ = false;
   keep_alive_ = false;  // until this request's header says otherwise
+  endpoint_ = endpoint::unknown;  // until this request's header is read: counted as "other"
   parser_.emplace();
   parser_->header_limit(ctx_.options.max_header);
   parser_->body_limit(ctx_.options.max_body);
@@ -196,6 +197,8 @@ void connection::dispatch() {
     case endpoint::completions: return serve_generate(api_kind::completion, req.body());
     case endpoint::models: return serve_models(ctx_.link, shared_from_this(), ctx_.started);
     case endpoint::health: return serve_health(ctx_.io, ctx_.link, shared_from_this());
+    case endpoint::metrics:
+      return serve_metrics(ctx_.io, ctx_.link, shared_from_this(), ctx_.metrics, ctx_.connections.size());
     case endpoint::unknown: break;
   }
   send_error({404, "Unknown request URL: " + label_, "invalid_request_error", "", "unknown_url"});
@@ -236,6 +239,7 @@ void connection::on_peer_read(const boost::system::error_code& ec, std::size_t n
 
 void connection::peer_gone() {
   if (phase_ == phase::closing) return;
+  if (phase_ == phase::handling) ctx_.metrics.request_aborted(endpoint_);
   ctx_.log.log(log_level::info, label_, ": the client went away", call_ ? "; generation cancelled" : "");
   if (call_) call_->abandon();
   call_.reset();
@@ -246,13 +250,18 @@ void connection::peer_gone() {
 
 void connection::send_json(bhttp::status status, const json& body) {
   if (phase_ != phase::handling || reply_ || events_) return;
+  send_text(status, "application/json", dump(body));
+}
+
+void connection::send_text(bhttp::status status, std::string_view content_type, std::string body) {
+  if (phase_ != phase::handling || reply_ || events_) return;
   status_ = static_cast<unsigned>(status);
   reply_ = std::make_shared<bhttp::response<bhttp::string_body>>(status, version_);
   reply_->set(bhttp::field::server, "tandem-http");
-  reply_->set(bhttp::field::content_type, "application/json");
+  reply_->set(bhttp::field::content_type, beast::string_view(content_type.data(), content_type.size()));
   if (status == bhttp::status::unauthorized) reply_->set(bhttp::field::www_authenticate, "Bearer");
   reply_->keep_alive(keep_alive_ && !stopping_);
-  reply_->body() = dump(body);
+  reply_->body() = std::move(body);
   reply_->prepare_payload();
   write_reply();
 }
@@ -343,6 +352,7 @@ void connection::on_event_write(const boost::system::error_code& ec) {
 void connection::end_request() {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began_).count();
   ctx_.log.log(log_level::info, label_, " ", status_, " ", ms, " ms", call_ ? ", " + call_->summary() : "");
+  ctx_.metrics.request_done(endpoint_, status_);
   call_.reset();
   reply_.reset();
   events_ = events_ended_ = head_sent_ = false;

@@ -43,6 +43,7 @@ class connection : public response_sink, public std::enable_shared_from_this<con
 
   // response_sink: no-ops once the client is gone or the reply is complete.
   void send_json(boost::beast::http::status status, const nlohmann::json& body) override;
+  void send_text(boost::beast::http::status status, std::string_view content_type, std::string body) override;
   void begin_events() override;
   void send_event(std::string_view event) override;
   void end_events() override;

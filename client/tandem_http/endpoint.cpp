@@ -12,9 +12,22 @@ endpoint route(boost::beast::http::verb method, std::string_view target, bool& m
   else if (path == "/v1/completions") e = endpoint::completions;
   else if (path == "/v1/models") e = endpoint::models;
   else if (path == "/health" || path == "/v1/health") e = endpoint::health;
+  else if (path == "/metrics") e = endpoint::metrics;
   const bool post = e == endpoint::chat_completions || e == endpoint::completions;
   method_ok = post ? method == verb::post : method == verb::get;
   return e;
+}
+
+std::string_view endpoint_label(endpoint e) {
+  switch (e) {
+    case endpoint::chat_completions: return "/v1/chat/completions";
+    case endpoint::completions: return "/v1/completions";
+    case endpoint::models: return "/v1/models";
+    case endpoint::health: return "/health";
+    case endpoint::metrics: return "/metrics";
+    case endpoint::unknown: break;
+  }
+  return "other";
 }
 
 }  // namespace tandem::http

@@ -1,5 +1,5 @@
-// What every HTTP connection shares: the options, the daemon link, the log, and the source of
-// reply ids. Owned by main() for the life of the server; passed down, never global.
+// What every HTTP connection shares: the options, the daemon link, the log, the metrics, and the
+// source of reply ids. Owned by main() for the life of the server; passed down, never global.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -9,6 +9,7 @@
 #include <string>
 
 #include "daemon_link.h"
+#include "http_metrics.h"
 #include "logger.h"
 #include "options.h"
 
@@ -22,6 +23,7 @@ struct http_context {
   daemon_link& link;
   const logger& log;
   connection_manager& connections;
+  http_metrics& metrics;
   std::int64_t started = 0;  // Unix seconds; /v1/models' "created"
   std::mt19937_64 rng{std::random_device{}()};
 

@@ -6,6 +6,7 @@
 
 #include <chrono>
 
+#include "metrics/exposition.h"
 #include "openai_reply.h"
 
 namespace tandem::http {
@@ -53,6 +54,50 @@ void serve_health(asio::io_context& io, daemon_link& link, std::shared_ptr<respo
     link.forget(check->id, false);
     check->answer(bhttp::status::service_unavailable,
                   error_body({503, "tandemd did not answer within 2 s", "server_error", "", "daemon_unavailable"}));
+  });
+}
+
+namespace {
+
+// One scrape. `metrics` is main()'s and outlives every connection; the text is rendered when the
+// answer goes out, so it is current then.
+struct metrics_scrape {
+  asio::steady_timer timer;
+  std::shared_ptr<response_sink> sink;
+  const http_metrics& metrics;
+  std::size_t open_connections;
+  std::uint64_t id = 0;
+
+  void answer(const std::string* daemon_text) {
+    if (!sink) return;
+    timer.cancel();
+    std::string body = daemon_text ? *daemon_text : std::string();
+    body += metrics.render(daemon_text != nullptr, open_connections);
+    std::exchange(sink, nullptr)->send_text(bhttp::status::ok, metrics::exposition_content_type, std::move(body));
+  }
+};
+
+}  // namespace
+
+void serve_metrics(asio::io_context& io, daemon_link& link, std::shared_ptr<response_sink> sink,
+                   const http_metrics& metrics, std::size_t open_connections) {
+  auto scrape = std::make_shared<metrics_scrape>(metrics_scrape{asio::steady_timer(io), std::move(sink), metrics,
+                                                                open_connections, 0});
+  scrape->id = link.submit({{"op", "metrics"}}, [scrape](const json& reply) {
+    const json* text = nullptr;
+    if (reply.contains("result") && reply["result"].is_object()) {
+      const auto& r = reply["result"];
+      if (r.contains("text") && r["text"].is_string()) text = &r["text"];
+    }
+    if (!text) return scrape->answer(nullptr);  // down, or a tandemd without the op
+    const auto& s = text->get_ref<const std::string&>();
+    scrape->answer(&s);
+  });
+  scrape->timer.expires_after(std::chrono::milliseconds(static_cast<int>(health_wait_seconds * 1000)));
+  scrape->timer.async_wait([scrape, &link](const boost::system::error_code& ec) {
+    if (ec || !scrape->sink) return;
+    link.forget(scrape->id, false);
+    scrape->answer(nullptr);
   });
 }
 

@@ -26,7 +26,8 @@ int serve(const tandem::http::http_options& opt) {
   logger log(opt.level);
   connection_manager connections;
   daemon_link link(io, opt.socket, log);
-  http_context ctx{io, opt, link, log, connections, static_cast<std::int64_t>(std::time(nullptr))};
+  http_metrics metrics;
+  http_context ctx{io, opt, link, log, connections, metrics, static_cast<std::int64_t>(std::time(nullptr))};
   server srv(ctx);
   if (auto why = srv.listen(); !why.empty()) {
     log.log(log_level::error, why);

@@ -7,6 +7,7 @@
 #include <boost/beast/http/status.hpp>
 #include <nlohmann/json.hpp>
 
+#include <string>
 #include <string_view>
 
 #include "api_error.h"
@@ -19,6 +20,8 @@ class response_sink {
 
   // A complete reply; ends the request.
   virtual void send_json(boost::beast::http::status status, const nlohmann::json& body) = 0;
+  // A complete reply that is not JSON (/metrics' text).
+  virtual void send_text(boost::beast::http::status status, std::string_view content_type, std::string body) = 0;
 
   // 200 with Content-Type text/event-stream; then events, then end_events() ends the request.
   virtual void begin_events() = 0;

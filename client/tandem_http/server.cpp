@@ -49,6 +49,7 @@ void server::accept_next() {
       return;
     }
     if (ctx_.connections.size() >= ctx_.options.max_connections) {
+      ctx_.metrics.connection_refused();
       refuse_busy(std::move(s));
     } else {
       if (ctx_.options.listen.type == listen_address::kind::tcp) {

@@ -69,10 +69,11 @@ struct swap_request {
   std::string path;
 };
 struct status_request {};
+struct metrics_request {};
 
 using request_body = std::variant<hello_request, generate_request, cancel_request, tokenize_request,
                                   detokenize_request, models_request, load_request, unload_request,
-                                  swap_request, status_request>;
+                                  swap_request, status_request, metrics_request>;
 
 struct request {
   request_id id = 0;

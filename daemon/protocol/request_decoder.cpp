@@ -242,6 +242,7 @@ request_body read_body(const std::string& op, field_reader& r, const request_lim
     return s;
   }
   if (op == "status") return status_request{};
+  if (op == "metrics") return metrics_request{};
   fail("unknown op '" + op + "'", error_code::unknown_op);
 }
 
@@ -298,7 +299,8 @@ decoded decode_request(std::string_view body, const request_limits& limits) {
 
 std::string_view op_name(const request_body& body) {
   static constexpr std::string_view names[] = {"hello", "generate", "cancel", "tokenize", "detokenize",
-                                                "models", "load", "unload", "swap", "status"};
+                                                "models", "load", "unload", "swap", "status",
+                                                "metrics"};
   static_assert(std::variant_size_v<request_body> == std::size(names));
   return names[body.index()];
 }

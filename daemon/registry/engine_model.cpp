@@ -5,8 +5,10 @@
 
 #include <atomic>
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 
+#include "metrics/token_gap_timer.h"
 #include "quant/ggml_type.h"
 #include "runtime/serving_session.h"
 #include "tokenizer/stream_decoder.h"
@@ -49,6 +51,7 @@ class engine_model final : public served_model {
   // Called by several worker threads at once (slots()): each waits for its own sequence while the
   // session's scheduler decodes them together.
   result<generation_stats> generate(const generation_input& in, const text_sink& on_text) override {
+    const auto entered = std::chrono::steady_clock::now();
     // Weights are read from the mapped file: a file truncated under it would fault (SIGBUS).
     if (auto st = session_->file().check_unchanged(); !st) {
       mark_stale(st.message());
@@ -74,15 +77,21 @@ class engine_model final : public served_model {
     stream_decoder utf8(session_->tok());
     std::string text;
     bool keep_going = true;
+    // Per token: a clock read and the histogram's two atomic adds; per step an increment.
+    metrics::token_gap_timer gaps(in.token_gaps);
+    const auto submitted = std::chrono::steady_clock::now();
     // The scheduler also calls with "" once per step: the sink answers false once the request is
     // cancelled or its client gone, which frees the sequence within one step.
     auto r = session_->generate(std::move(req), [&](std::string_view t) {
+      if (t.empty()) gaps.on_step();
+      else gaps.on_text(std::chrono::steady_clock::now());
       auto piece = utf8.push_bytes(t);
       text += piece;
       keep_going = on_text(piece);
       return keep_going;
     });
     if (!r) return r.err();
+    gaps.finish(r->tokens.size(), r->decode_seconds);
     if (auto tail = utf8.finish(); !tail.empty()) {
       text += tail;
       if (keep_going) on_text(tail);
@@ -92,6 +101,7 @@ class engine_model final : public served_model {
     s.prompt_tokens = r->n_prompt;
     s.reused_tokens = r->n_reused;
     s.generated_tokens = r->tokens.size();
+    s.setup_seconds = std::chrono::duration<double>(submitted - entered).count();
     s.first_token_seconds = r->first_token_seconds;
     s.prefill_seconds = r->prefill_seconds;
     s.decode_seconds = r->decode_seconds;

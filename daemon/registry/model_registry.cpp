@@ -65,6 +65,17 @@ model_registry::admin_error model_registry::swap(const std::string& alias, const
       return wire_error{error_code::busy, "a load or swap of '" + alias + "' is already in progress"};
     it->second.admin_busy = true;
   }
+  // Only swaps that began are reported: an alias that does not exist makes no metrics series.
+  const auto began = std::chrono::steady_clock::now();
+  auto err = swap_admitted(alias, path, out);
+  if (opt_.on_swap)
+    opt_.on_swap(alias, err ? proto::to_string(err->code) : std::string_view("ok"),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+  return err;
+}
+
+model_registry::admin_error model_registry::swap_admitted(const std::string& alias, const std::string& path,
+                                                          model_info& out) {
   if (opt_.memory_budget > 0) {
     auto need = opt_.sizer ? opt_.sizer(alias, path) : result<std::uint64_t>(std::uint64_t{0});
     if (!need) return finish_load(alias, need.err(), &out);

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -27,6 +28,9 @@ struct registry_options {
   double keep_alive_s = 0;         // idle seconds before unload; 0: keep loaded
   std::uint64_t memory_budget = 0; // bytes of all resident models together; 0: unlimited
   model_sizer sizer;               // a load's bytes before loading; used only with a budget
+  // Told of every swap that began (the alias existed and was not busy) once it ends: outcome
+  // "ok" or the error code, and its seconds. Called on the admin thread that ran the swap.
+  std::function<void(const std::string& alias, std::string_view outcome, double seconds)> on_swap;
 };
 
 // Runs blocking work (a model load) somewhere other than the caller's thread.
@@ -88,6 +92,8 @@ class model_registry {
   static state state_of(const entry& e);
   std::string resolve(const std::string& alias) const;  // caller holds mu_
   void start_reload(const std::string& alias, entry& e);  // caller holds mu_
+  // swap() once the alias is marked busy: the load beside, or drain-first.
+  admin_error swap_admitted(const std::string& alias, const std::string& path, model_info& out);
   admin_error finish_load(const std::string& alias, result<std::unique_ptr<served_model>> m, model_info* out);
   static void fail_all(std::deque<model_job>& jobs, const proto::wire_error& e);
 

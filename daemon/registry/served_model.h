@@ -15,6 +15,10 @@
 #include "core/result.h"
 #include "protocol/request.h"
 
+namespace tandem::metrics {
+class histogram;
+}
+
 namespace tandem::daemon {
 
 // One generation, independent of the wire format.
@@ -24,6 +28,9 @@ struct generation_input {
   proto::sampling_params sampling;
   std::uint32_t max_tokens = 256;
   std::vector<std::string> stop;
+  // Where the gaps between successive tokens are observed as they come (seconds); nullptr: not
+  // measured. Only the engine sees each token, so it measures them (metrics/token_gap_timer.h).
+  metrics::histogram* token_gaps = nullptr;
 };
 
 struct generation_stats {
@@ -31,6 +38,7 @@ struct generation_stats {
   std::uint64_t prompt_tokens = 0;
   std::uint64_t reused_tokens = 0;  // prompt tokens whose KV a cached prefix already held
   std::uint64_t generated_tokens = 0;
+  double setup_seconds = 0;         // before the engine took the request: file check, prompt encoding
   double first_token_seconds = 0;   // from the engine taking the request to its first token
   double prefill_seconds = 0;
   double decode_seconds = 0;

@@ -66,6 +66,7 @@ asio::awaitable<void> connection::reader() {
         auto decoded = proto::decode_request(body);
         if (!decoded.ok()) {
           send(proto::error_frame(decoded.id, decoded.err()));  // framing intact: keep serving
+          handler_.count_undecodable(decoded.err());
           continue;
         }
         handler_.handle(self, std::move(std::get<proto::request>(decoded.value)));

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "log.h"
+#include "metrics/exposition.h"
 #include "protocol/reply.h"
 #include "server/connection.h"
 #include "server/connection_manager.h"
@@ -52,21 +53,30 @@ std::uint64_t resident_bytes() {
 
 void request_handler::handle(const std::shared_ptr<connection>& c, proto::request req) {
   const auto id = req.id;
-  log(log_level::debug, "request ", id, ": ", proto::op_name(req.body));
+  const std::string_view op = proto::op_name(req.body);
+  log(log_level::debug, "request ", id, ": ", op);
   std::visit(
       [&](auto& body) {
         using T = std::decay_t<decltype(body)>;
         if constexpr (std::is_same_v<T, proto::hello_request>) {
           c->send(proto::result_frame(id, {{"server", "tandemd"}, {"version", TANDEM_VERSION},
                                            {"protocol", proto::protocol_version}, {"max_frame", ctx_.max_frame}}));
+          ctx_.metrics.request_done(op, "ok");
         } else if constexpr (std::is_same_v<T, proto::status_request>) {
           c->send(proto::result_frame(id, status_json()));
+          ctx_.metrics.request_done(op, "ok");
+        } else if constexpr (std::is_same_v<T, proto::metrics_request>) {
+          c->send(proto::result_frame(id, {{"content_type", metrics::exposition_content_type}, {"text", metrics_text()}}));
+          ctx_.metrics.request_done(op, "ok");
         } else if constexpr (std::is_same_v<T, proto::models_request>) {
           c->send(proto::result_frame(id, {{"models", ctx_.registry.describe()}}));
+          ctx_.metrics.request_done(op, "ok");
         } else if constexpr (std::is_same_v<T, proto::cancel_request>) {
           c->send(proto::result_frame(id, {{"cancelled", c->cancel_request(body.target)}}));
+          ctx_.metrics.request_done(op, "ok");
         } else if (draining_) {
           c->send(proto::error_frame(id, {error_code::shutting_down, "tandemd is shutting down"}));
+          ctx_.metrics.request_done(op, proto::to_string(error_code::shutting_down));
         } else if constexpr (std::is_same_v<T, proto::generate_request>) {
           generate(c, id, std::move(body));
         } else if constexpr (std::is_same_v<T, proto::tokenize_request>) {
@@ -80,69 +90,99 @@ void request_handler::handle(const std::shared_ptr<connection>& c, proto::reques
       req.body);
 }
 
-bool request_handler::track(const std::shared_ptr<connection>& c, proto::request_id id) {
+void request_handler::count_undecodable(const wire_error& e) const {
+  ctx_.metrics.request_done("invalid", proto::to_string(e.code));
+}
+
+bool request_handler::track(const std::shared_ptr<connection>& c, proto::request_id id, std::string_view op) {
   if (c->begin_request(id)) return true;
   c->send(proto::error_frame(id, {error_code::duplicate_id, "request id " + std::to_string(id) + " is already in flight"}));
+  ctx_.metrics.request_done(op, proto::to_string(error_code::duplicate_id));
   return false;
 }
 
 void request_handler::generate(const std::shared_ptr<connection>& c, proto::request_id id, proto::generate_request g) {
   auto cancelled = c->begin_request(id);
+  auto* metrics = &ctx_.metrics;
   if (!cancelled) {
     c->send(proto::error_frame(id, {error_code::duplicate_id, "request id " + std::to_string(id) + " is already in flight"}));
+    metrics->request_done("generate", proto::to_string(error_code::duplicate_id));
     return;
   }
   const std::string model = g.model.empty() ? ctx_.registry.default_alias() : g.model;
+  const auto received = std::chrono::steady_clock::now();
   model_job job;
   job.cancelled = cancelled;
-  job.run = [c, id, g = std::move(g), cancelled, model](served_model& m) {
+  // The alias's series are looked up only here, where the alias is known to exist: a client
+  // naming aliases at random makes no series.
+  job.run = [c, id, g = std::move(g), cancelled, model, metrics, received](served_model& m) {
+    auto& series = metrics->model(model);
     if (cancelled->load()) {
       generation_stats s;
       s.finish_reason = "cancelled";
+      metrics->request_done("generate", "cancelled");
       c->post_final(id, proto::result_frame(id, stats_json(s, model, !g.stream)));
       return;
     }
-    generation_input in{g.prompt, g.messages, g.sampling, g.max_tokens, g.stop};
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count();
+    generation_input in{g.prompt, g.messages, g.sampling, g.max_tokens, g.stop, &series.inter_token};
     auto r = m.generate(in, [&](std::string_view text) {
       if (g.stream && !text.empty()) c->post_send(proto::chunk_frame(id, std::string(text)));
       return !cancelled->load();
     });
     if (!r) {
+      metrics->request_done("generate", proto::to_string(error_code::engine_error));
       c->post_final(id, proto::error_frame(id, {error_code::engine_error, r.message()}));
       return;
     }
+    series.prompt_tokens.add(r->prompt_tokens);
+    series.reused_tokens.add(r->reused_tokens);
+    series.generated_tokens.add(r->generated_tokens);
+    if (r->generated_tokens > 0) series.first_token.observe(waited + r->setup_seconds + r->first_token_seconds);
+    // Counted before the reply leaves: a client that scrapes right after it sees its request.
+    metrics->request_done("generate", r->finish_reason == "cancelled" ? "cancelled" : "ok");
     c->post_final(id, proto::result_frame(id, stats_json(*r, model, !g.stream)));
   };
-  job.fail = [c, id](const wire_error& e) { c->post_final(id, proto::error_frame(id, e)); };
+  job.fail = [c, id, metrics](const wire_error& e) {
+    metrics->request_done("generate", proto::to_string(e.code));
+    c->post_final(id, proto::error_frame(id, e));
+  };
   if (auto err = ctx_.registry.submit(model, std::move(job))) {
     c->send(proto::error_frame(id, *err));
     c->end_request(id);
+    metrics->request_done("generate", proto::to_string(err->code));
   }
 }
 
-void request_handler::with_model(const std::shared_ptr<connection>& c, proto::request_id id, const std::string& alias,
-                                 std::function<std::string(served_model&)> work) {
+void request_handler::with_model(const std::shared_ptr<connection>& c, proto::request_id id, std::string_view op,
+                                 const std::string& alias, std::function<std::string(served_model&)> work) {
   auto inst = ctx_.registry.resident(alias);
-  if (!track(c, id)) return;
+  if (!track(c, id, op)) return;
   if (inst) {
     boost::asio::post(ctx_.aux, [c, id, inst = *inst, work = std::move(work)] {
       c->post_final(id, work(inst->model()));
     });
     return;
   }
+  auto* metrics = &ctx_.metrics;
   model_job job;
   job.run = [c, id, work = std::move(work)](served_model& m) { c->post_final(id, work(m)); };
-  job.fail = [c, id](const wire_error& e) { c->post_final(id, proto::error_frame(id, e)); };
+  job.fail = [c, id, metrics, op](const wire_error& e) {
+    metrics->request_done(op, proto::to_string(e.code));
+    c->post_final(id, proto::error_frame(id, e));
+  };
   if (auto err = ctx_.registry.submit(alias, std::move(job))) {
     c->send(proto::error_frame(id, *err));
     c->end_request(id);
+    metrics->request_done(op, proto::to_string(err->code));
   }
 }
 
 void request_handler::tokenize(const std::shared_ptr<connection>& c, proto::request_id id,
                                const proto::tokenize_request& t) {
-  with_model(c, id, t.model, [id, text = t.text, add = t.add_special](served_model& m) {
+  with_model(c, id, "tokenize", t.model, [id, text = t.text, add = t.add_special, metrics = &ctx_.metrics](served_model& m) {
     auto r = m.tokenize(text, add);
+    metrics->request_done("tokenize", r ? "ok" : proto::to_string(error_code::bad_request));
     return r ? proto::result_frame(id, {{"tokens", *r}, {"count", r->size()}})
              : proto::error_frame(id, {error_code::bad_request, r.message()});
   });
@@ -150,14 +190,15 @@ void request_handler::tokenize(const std::shared_ptr<connection>& c, proto::requ
 
 void request_handler::detokenize(const std::shared_ptr<connection>& c, proto::request_id id,
                                  proto::detokenize_request d) {
-  with_model(c, id, d.model, [id, toks = std::move(d.tokens)](served_model& m) {
+  with_model(c, id, "detokenize", d.model, [id, toks = std::move(d.tokens), metrics = &ctx_.metrics](served_model& m) {
     auto r = m.detokenize(toks);
+    metrics->request_done("detokenize", r ? "ok" : proto::to_string(error_code::bad_request));
     return r ? proto::result_frame(id, {{"text", *r}}) : proto::error_frame(id, {error_code::bad_request, r.message()});
   });
 }
 
 void request_handler::admin(const std::shared_ptr<connection>& c, proto::request_id id, proto::request_body body) {
-  if (!track(c, id)) return;
+  if (!track(c, id, proto::op_name(body))) return;
   boost::asio::post(ctx_.admin, [this, c, id, body = std::move(body)] {
     model_info info;
     std::optional<wire_error> err;
@@ -178,6 +219,7 @@ void request_handler::admin(const std::shared_ptr<connection>& c, proto::request
       err = wire_error{error_code::internal, "not an admin op"};
     }
     if (err) log(log_level::warning, proto::op_name(body), " failed: ", err->message);
+    ctx_.metrics.request_done(proto::op_name(body), err ? proto::to_string(err->code) : "ok");
     c->post_final(id, err ? proto::error_frame(id, *err) : proto::result_frame(id, result));
   });
 }
@@ -205,5 +247,7 @@ json request_handler::status_json() const {
           {"devices", devices_json(models)},
           {"models", models}};
 }
+
+std::string request_handler::metrics_text() const { return ctx_.metrics.render(status_json()); }
 
 }  // namespace tandem::daemon

@@ -12,6 +12,7 @@
 
 #include <boost/asio.hpp>
 
+#include "metrics/serving_metrics.h"
 #include "protocol/request.h"
 #include "registry/model_registry.h"
 
@@ -27,6 +28,7 @@ struct handler_context {
   boost::asio::thread_pool& aux;    // tokenize/detokenize: short
   std::uint32_t max_frame;
   std::chrono::steady_clock::time_point started;
+  serving_metrics& metrics;  // outlives the pools and the registry's workers (server.h)
 };
 
 class request_handler {
@@ -39,6 +41,10 @@ class request_handler {
   bool draining() const { return draining_; }
 
   nlohmann::json status_json() const;
+  // The metrics op's text (Prometheus exposition format 0.0.4).
+  std::string metrics_text() const;
+  // A request that could not be decoded: counted under op "invalid".
+  void count_undecodable(const proto::wire_error& e) const;
 
  private:
   void generate(const std::shared_ptr<connection>& c, proto::request_id id, proto::generate_request g);
@@ -47,11 +53,11 @@ class request_handler {
   // Runs `work` on the model `alias` for tokenize/detokenize: on the aux pool when the model is
   // resident, else queued on the model like a generation (so a swap or an eviction in between
   // delays the reply instead of failing it).
-  void with_model(const std::shared_ptr<connection>& c, proto::request_id id, const std::string& alias,
-                  std::function<std::string(served_model&)> work);
+  void with_model(const std::shared_ptr<connection>& c, proto::request_id id, std::string_view op,
+                  const std::string& alias, std::function<std::string(served_model&)> work);
   void admin(const std::shared_ptr<connection>& c, proto::request_id id, proto::request_body body);
   // Registers the id as in flight; answers duplicate_id and returns false if it already is.
-  bool track(const std::shared_ptr<connection>& c, proto::request_id id);
+  bool track(const std::shared_ptr<connection>& c, proto::request_id id, std::string_view op);
 
   handler_context ctx_;
   std::atomic<bool> draining_{false};

@@ -69,9 +69,13 @@ constexpr auto cancel_grace = std::chrono::seconds(10);
 
 server::server(daemon_config cfg, std::vector<std::string> argv, model_loader loader, model_sizer sizer)
     : cfg_(std::move(cfg)), argv_(std::move(argv)),
-      registry_(std::move(loader), registry_options{cfg_.queue_depth, cfg_.keep_alive, cfg_.memory_budget, std::move(sizer)},
+      registry_(std::move(loader),
+                registry_options{cfg_.queue_depth, cfg_.keep_alive, cfg_.memory_budget, std::move(sizer),
+                                 [this](const std::string& alias, std::string_view outcome, double seconds) {
+                                   metrics_.swap_done(alias, outcome, seconds);
+                                 }},
                 [this](std::function<void()> f) { asio::post(admin_, std::move(f)); }),
-      handler_(handler_context{registry_, connections_, admin_, aux_, cfg_.max_frame, started_}),
+      handler_(handler_context{registry_, connections_, admin_, aux_, cfg_.max_frame, started_, metrics_}),
       acceptor_(io_), signals_(io_, SIGTERM, SIGINT, SIGHUP), ticker_(io_) {
   connections_.set_limits(limits_of(cfg_));
 }

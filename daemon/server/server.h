@@ -13,6 +13,7 @@
 #include <boost/asio.hpp>
 
 #include "config/daemon_config.h"
+#include "metrics/serving_metrics.h"
 #include "registry/model_registry.h"
 #include "server/connection_manager.h"
 #include "server/peer_policy.h"
@@ -45,6 +46,8 @@ class server {
   daemon_config cfg_;
   std::vector<std::string> argv_;
   clock::time_point started_ = clock::now();
+  // Before the pools and the registry: their threads report into it until they are joined.
+  serving_metrics metrics_;
   asio::io_context io_{1};
   asio::thread_pool admin_{2};
   asio::thread_pool aux_{2};

@@ -4,7 +4,7 @@ raw-protocol client (python3-msgpack) and, when given, the real `tandem` client.
 
 usage: e2e_test.py --tandemd PATH --tandem-model PATH [--tandem PATH] [TEST ...]
 """
-import argparse, os, signal, socket, struct, subprocess, sys, tempfile, threading, time, traceback
+import argparse, os, re, signal, socket, struct, subprocess, sys, tempfile, threading, time, traceback
 
 import msgpack
 
@@ -119,6 +119,74 @@ def generate(c, rid, prompt="hello", n=8, stream=True, **kw):
             chunks.append(r["chunk"])
         else:
             return chunks, r
+
+
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*$")
+METRIC_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
+METRIC_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"(?:,|$)')
+
+
+def parse_metrics(text):
+    """Prometheus text format 0.0.4 -> {(name, ((label, value), ...)): value}, checking it on the
+    way: every line a HELP/TYPE comment or `name{labels} value`; valid names; HELP and TYPE once per
+    family and before its samples, which stay together; counters end in _total; each histogram's
+    buckets ascend in le with counts that never decrease, ending with +Inf equal to _count."""
+    check(text.endswith("\n"), "the metrics text does not end with a newline")
+    helps, types, samples, done, current = {}, {}, {}, set(), None
+    for line in text[:-1].split("\n"):
+        check(line, "an empty line in the metrics text")
+        if line.startswith("#"):
+            parts = line.split(" ", 3)
+            if len(parts) < 3 or parts[1] not in ("HELP", "TYPE"):
+                continue
+            name, table = parts[2], helps if parts[1] == "HELP" else types
+            check(METRIC_NAME.match(name) and name not in table and name not in done, "misplaced: %r" % line)
+            table[name] = parts[3] if len(parts) > 3 else ""
+            check(parts[1] == "HELP" or table[name] in ("counter", "gauge", "histogram"), "type: %r" % line)
+            check(table[name] != "counter" or name.endswith("_total"), "counter name: %r" % line)
+            continue
+        m = METRIC_SAMPLE.match(line)
+        check(m, "not a sample: %r" % line)
+        name, body, labels, pos = m.group(1), m.group(2) or "", [], 0
+        while pos < len(body):
+            lm = METRIC_LABEL.match(body, pos)
+            check(lm and not lm.group(1).startswith("__"), "bad labels: %r" % line)
+            value = re.sub(r"\\(.)", lambda e: "\n" if e.group(1) == "n" else e.group(1), lm.group(2))
+            labels.append((lm.group(1), value))
+            pos = lm.end()
+        fam = name
+        if name not in types:
+            base = re.sub(r"_(bucket|sum|count)$", "", name)
+            fam = base if types.get(base) == "histogram" else name
+        check(fam in types and fam in helps, "sample before its HELP and TYPE: %r" % line)
+        check(fam == current or fam not in done, "the samples of %s are not together" % fam)
+        current = fam
+        done.add(fam)
+        key = (name, tuple(labels))
+        check(key not in samples, "a second sample %r" % (key,))
+        samples[key] = float(m.group(3))
+    for fam, t in types.items():
+        if t != "histogram":
+            continue
+        series = {}
+        for (name, labels), v in samples.items():
+            rest = tuple(l for l in labels if l[0] != "le")
+            if name == fam + "_bucket":
+                series.setdefault(rest, []).append((float(dict(labels)["le"]), v))
+        for rest, buckets in series.items():
+            les = [b[0] for b in buckets]
+            counts = [b[1] for b in buckets]
+            check(les == sorted(les) and len(set(les)) == len(les) and les[-1] == float("inf"), "%s le: %r" % (fam, les))
+            check(counts == sorted(counts), "%s bucket counts decrease: %r" % (fam, counts))
+            check(samples.get((fam + "_count", rest)) == counts[-1], "%s: +Inf bucket != _count" % fam)
+    return samples
+
+
+def metric(samples, name, **labels):
+    """The value of the one sample `name` whose labels include `labels` (0 when there is none)."""
+    found = [v for (n, ls), v in samples.items() if n == name and all(dict(ls).get(k) == v2 for k, v2 in labels.items())]
+    check(len(found) <= 1, "several samples %s %r" % (name, labels))
+    return found[0] if found else 0.0
 
 
 # --- tests --------------------------------------------------------------------------------------
@@ -558,6 +626,66 @@ def test_admin_ops(model):
         check("result" in r, "unload: %r" % r)
         r = c.call({"id": 7, "op": "models"})
         check(r["result"]["models"] == [], "models after unload: %r" % r)
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+
+
+def test_metrics_op(model):
+    """The metrics op's text moves by what the requests did: requests by outcome, tokens, the
+    time-to-first-token and inter-token histograms, swaps; gauges from status."""
+    d = Daemon([("default", model)])
+    try:
+        c = Client(d.sock)
+        before = parse_metrics(c.call({"id": 1, "op": "metrics"})["result"]["text"])
+        gens = []
+        for rid, stream in ((2, True), (3, False), (4, True)):
+            _, final = generate(c, rid, n=10, stream=stream, temperature=0)
+            gens.append(final["result"])
+        c.send({"id": 5, "op": "generate", "prompt": "long", "max_tokens": 2000})
+        c.send({"id": 6, "op": "cancel", "target": 5})
+        finals = {}
+        while len(finals) < 2:
+            r = c.recv()
+            if "result" in r or "error" in r:
+                finals[r["id"]] = r
+        check(finals[5]["result"]["finish_reason"] == "cancelled", "cancel: %r" % finals)
+        check(c.call({"id": 7, "op": "nope"})["error"]["code"] == "unknown_op", "unknown op")
+        check("result" in c.call({"id": 8, "op": "tokenize", "text": "hello"}), "tokenize")
+        check(c.call({"id": 9, "op": "generate", "model": "absent", "prompt": "x"})["error"]["code"] == "not_found", "absent")
+        check("result" in c.call({"id": 10, "op": "swap", "name": "default", "path": model}), "swap")
+        r = c.call({"id": 11, "op": "swap", "name": "default", "path": os.path.join(TMP, "missing.gguf")})
+        check(r["error"]["code"] == "load_failed", "failed swap: %r" % r)
+        reply = c.call({"id": 12, "op": "metrics"})["result"]
+        check(reply["content_type"].startswith("text/plain; version=0.0.4"), "content type: %r" % reply)
+        after = parse_metrics(reply["text"])
+
+        def delta(name, **labels):
+            return metric(after, name, **labels) - metric(before, name, **labels)
+        gens.append(finals[5]["result"])  # its tokens count too
+        out = sum(g["generated_tokens"] for g in gens)
+        check(delta("tandem_generated_tokens_total", model="default") == out, "tokens out vs %d" % out)
+        check(delta("tandem_prompt_tokens_total", model="default") == sum(g["prompt_tokens"] for g in gens), "tokens in")
+        check(delta("tandem_requests_total", op="generate", outcome="ok") == 3, "ok count")
+        check(delta("tandem_requests_total", op="generate", outcome="cancelled") == 1, "cancelled count")
+        check(delta("tandem_requests_total", op="generate", outcome="not_found") == 1, "not_found count")
+        check(delta("tandem_requests_total", op="invalid", outcome="unknown_op") == 1, "undecodable count")
+        check(delta("tandem_requests_total", op="tokenize", outcome="ok") == 1, "tokenize count")
+        check(delta("tandem_requests_total", op="swap", outcome="load_failed") == 1, "failed swap count")
+        with_tokens = [g for g in gens if g["generated_tokens"] > 0]
+        check(delta("tandem_time_to_first_token_seconds_count", model="default") == len(with_tokens), "TTFT count")
+        gaps = sum(g["generated_tokens"] - 1 for g in with_tokens)
+        check(delta("tandem_inter_token_latency_seconds_count", model="default") == gaps, "ITL count vs %d" % gaps)
+        check(0 < delta("tandem_inter_token_latency_seconds_sum", model="default") < 60, "ITL sum")
+        check(metric(after, "tandem_swaps_total", model="default", outcome="ok") == 1, "swaps ok")
+        check(metric(after, "tandem_swaps_total", model="default", outcome="load_failed") == 1, "swaps failed")
+        check(metric(after, "tandem_swap_duration_seconds_count", model="default") == 1, "only ok swaps are timed")
+        check(metric(after, "tandem_models_resident") == 1 and metric(after, "tandem_queue_depth", model="default") == 0,
+              "gauges: models, queue")
+        check(metric(after, "tandem_model_info", model="default", device="cpu") == 1, "model info")
+        check(metric(after, "tandem_device_memory_total_bytes", device="cpu") > 0, "host memory")
+        # No series for an alias that does not exist: a client cannot make them at will.
+        check(not any(dict(ls).get("model") == "absent" for (_, ls) in after), "a series for a missing alias")
+        check("error" in c.call({"id": 13, "op": "metrics", "format": "json"}), "metrics takes no fields")
     finally:
         check(d.stop() == 0, "tandemd exit status")
 

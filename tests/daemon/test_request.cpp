@@ -78,6 +78,15 @@ TEST(request, admin_ops) {
   EXPECT_EQ(std::get<detokenize_request>(t.req().body).tokens.size(), 3u);
 }
 
+TEST(request, metrics_op) {
+  auto m = dec({{"id", 10}, {"op", "metrics"}});
+  ASSERT_TRUE(m.ok()) << m.err().message;
+  EXPECT_TRUE(std::holds_alternative<metrics_request>(m.req().body));
+  EXPECT_EQ(op_name(m.req().body), "metrics");
+  // It takes no fields: a format option that does not exist is refused, not ignored.
+  expect_error(dec({{"id", 11}, {"op", "metrics"}, {"format", "json"}}), error_code::bad_request, "format");
+}
+
 TEST(request, non_map_bodies_are_bad_frames) {
   expect_error(dec(json::array({1, 2})), error_code::bad_frame, "must be a msgpack map");
   expect_error(dec(42), error_code::bad_frame, "must be a msgpack map");

@@ -198,6 +198,49 @@ def test_completions(d, f):
     e2e.check(e["choices"][0]["text"].startswith("1, 2, 3, 4"), "echo: %r" % e)
 
 
+def scrape(front, token=TOKEN):
+    """The parsed /metrics text (its format checked) of a front."""
+    st, text = request(front, "/metrics", token=token)
+    e2e.check(st == 200 and isinstance(text, str), "/metrics: %d %r" % (st, text))
+    return e2e.parse_metrics(text)
+
+
+def test_metrics(d, f):
+    expect_error(f, None, 401, code="invalid_api_key", path="/metrics", token=None)
+    req = urllib.request.Request(f.url("/metrics"), headers={"Authorization": "Bearer " + TOKEN})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        e2e.check(r.headers["Content-Type"].startswith("text/plain; version=0.0.4"), "type: %r" % r.headers)
+    before = scrape(f)
+    usages = []
+    for body in (CHAT, dict(CHAT, max_tokens=5), {"prompt": "1, 2, 3,", "max_tokens": 6, "temperature": 0}):
+        st, r = request(f, "/v1/chat/completions" if "messages" in body else "/v1/completions", body)
+        e2e.check(st == 200, "request: %d %r" % (st, r))
+        usages.append(r["usage"])
+    st, text = request(f, "/v1/chat/completions", dict(CHAT, stream=True, stream_options={"include_usage": True}))
+    usages.append(sse_events(text)[-1]["usage"])
+    expect_error(f, dict(CHAT, model="gpt-4o"), 404, code="model_not_found")
+    after = scrape(f)
+
+    def delta(name, **labels):
+        return e2e.metric(after, name, **labels) - e2e.metric(before, name, **labels)
+    out = sum(u["completion_tokens"] for u in usages)
+    e2e.check(delta("tandem_generated_tokens_total", model="default") == out, "tokens out != %d" % out)
+    e2e.check(delta("tandem_prompt_tokens_total", model="default") == sum(u["prompt_tokens"] for u in usages),
+              "tokens in")
+    e2e.check(delta("tandem_requests_total", op="generate", outcome="ok") == 4, "generate ok")
+    e2e.check(delta("tandem_requests_total", op="generate", outcome="not_found") == 1, "generate not_found")
+    e2e.check(delta("tandem_time_to_first_token_seconds_count", model="default") == 4, "TTFT count")
+    e2e.check(delta("tandem_inter_token_latency_seconds_count", model="default") ==
+              sum(u["completion_tokens"] - 1 for u in usages), "ITL count")
+    e2e.check(delta("tandem_http_requests_total", endpoint="/v1/chat/completions", code="200") == 3, "HTTP 200s")
+    e2e.check(delta("tandem_http_requests_total", endpoint="/v1/completions", code="200") == 1, "HTTP completions")
+    e2e.check(delta("tandem_http_requests_total", endpoint="/v1/chat/completions", code="404") == 1, "HTTP 404")
+    # The 401 above was counted once its reply was written, before the first scrape came.
+    e2e.check(e2e.metric(before, "tandem_http_requests_total", endpoint="/metrics", code="401") == 1, "HTTP 401")
+    e2e.check(e2e.metric(after, "tandem_daemon_up") == 1, "tandem_daemon_up with tandemd there")
+    e2e.check(e2e.metric(after, "tandem_model_resident", model="default") == 1, "daemon gauges are there")
+
+
 def test_curl(d, f):
     curl = shutil.which("curl")
     if not curl:
@@ -432,6 +475,12 @@ def test_daemon_unreachable(d, f):
         expect_error(g, None, 503, path="/health", code="daemon_unavailable", token=None)
         err = expect_error(g, CHAT, 503, code="daemon_unavailable")
         e2e.check("cannot connect to tandemd" in err["message"], "message: %r" % err)
+        # /metrics still answers: tandem-http's own families, and the daemon reported down.
+        m = scrape(g, token=None)
+        e2e.check(e2e.metric(m, "tandem_daemon_up") == 0, "tandem_daemon_up: %r" % m)
+        e2e.check(e2e.metric(m, "tandem_http_requests_total", endpoint="/v1/chat/completions", code="503") == 1,
+                  "the 503 is counted: %r" % m)
+        e2e.check(not any(n.startswith("tandem_generated") for n, _ in m), "daemon figures without tandemd")
     finally:
         e2e.check(g.stop() == 0, "tandem-http exit status")
 
@@ -446,9 +495,11 @@ def test_daemon_restart(d, f):
         e2e.check(a.stop() == 0, "tandemd exit status")
         expect_error(g, None, 503, path="/health", code="daemon_unavailable", token=None)
         expect_error(g, CHAT, 503, code="daemon_unavailable")
+        e2e.check(e2e.metric(scrape(g, token=None), "tandem_daemon_up") == 0, "up while tandemd is down")
         b = e2e.Daemon([("default", MODEL)], socket_path=sock)
         try:
             still_serving_open(g)
+            e2e.check(e2e.metric(scrape(g, token=None), "tandem_daemon_up") == 1, "up after the restart")
         finally:
             e2e.check(b.stop() == 0, "tandemd exit status")
     finally:

@@ -1,5 +1,5 @@
 // tandem-http's pure parts: OpenAI requests → tandemd generate requests, results → OpenAI replies,
-// daemon errors → HTTP errors, routes, --listen and the command line's exit statuses.
+// daemon errors → HTTP errors, routes, the HTTP counters, --listen and the command line's exit statuses.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -9,6 +9,7 @@
 
 #include "api_error.h"
 #include "endpoint.h"
+#include "http_metrics.h"
 #include "listen_address.h"
 #include "openai_reply.h"
 #include "openai_request.h"
@@ -231,6 +232,33 @@ TEST(HttpEndpoint, Routes) {
   EXPECT_EQ(route(verb::get, "/v1/models/", ok), endpoint::unknown);
   EXPECT_FALSE(needs_token(endpoint::health));
   EXPECT_TRUE(needs_token(endpoint::models));
+  EXPECT_EQ(route(verb::get, "/metrics", ok), endpoint::metrics);
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(route(verb::post, "/metrics", ok), endpoint::metrics);
+  EXPECT_FALSE(ok);
+  EXPECT_EQ(route(verb::get, "/v1/metrics", ok), endpoint::unknown);
+  EXPECT_TRUE(needs_token(endpoint::metrics));
+  EXPECT_EQ(endpoint_label(endpoint::metrics), "/metrics");
+  EXPECT_EQ(endpoint_label(endpoint::unknown), "other");
+}
+
+TEST(HttpMetrics, CountsByEndpointAndCode) {
+  http_metrics m;
+  m.request_done(endpoint::chat_completions, 200);
+  m.request_done(endpoint::chat_completions, 200);
+  m.request_done(endpoint::unknown, 404);
+  m.request_aborted(endpoint::completions);
+  m.connection_refused();
+  const std::string up = m.render(true, 3);
+  EXPECT_NE(up.find("# TYPE tandem_http_requests_total counter\n"), std::string::npos) << up;
+  EXPECT_NE(up.find("tandem_http_requests_total{endpoint=\"/v1/chat/completions\",code=\"200\"} 2\n"),
+            std::string::npos) << up;
+  EXPECT_NE(up.find("tandem_http_requests_total{endpoint=\"other\",code=\"404\"} 1\n"), std::string::npos);
+  EXPECT_NE(up.find("tandem_http_requests_aborted_total{endpoint=\"/v1/completions\"} 1\n"), std::string::npos);
+  EXPECT_NE(up.find("tandem_http_connections_refused_total 1\n"), std::string::npos);
+  EXPECT_NE(up.find("tandem_http_connections 3\n"), std::string::npos);
+  EXPECT_NE(up.find("\ntandem_daemon_up 1\n"), std::string::npos);
+  EXPECT_NE(m.render(false, 0).find("\ntandem_daemon_up 0\n"), std::string::npos);
 }
 
 TEST(HttpListenAddress, Forms) {
