@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -553,33 +554,35 @@ void add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Prefill and decode throughput on the CUDA backend (GPU 0 by default), "
                                           "or on the CPU backend (--device -1, and without a GPU)");
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
-  cmd->add_option("-p,--prompt", o->prompt, "Prefill sizes (ppN tests), comma separated")
+  // CLI::PositiveNumber's message reads "not in range 0.000000 to 1.79e308": name the real range.
+  const auto positive = CLI::Range(1, std::numeric_limits<int>::max());
+  cmd->add_option("-p,--prompt", o->prompt, "Prefill sizes (ppN tests), comma separated; 0: none (as llama-bench)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("-n,--gen", o->gen, "Decode lengths (tgN tests), comma separated")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
+  cmd->add_option("-n,--gen", o->gen, "Decode lengths (tgN tests), comma separated; 0: none")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   cmd->add_option("-d,--depth", o->depth,
                   "Context depths, comma separated (as llama-bench -d): at depth D, D tokens are prefilled "
                   "untimed (in --ubatch chunks) before the tests, ppN then prefills positions D..D+N-1 and tgN "
                   "decodes from position D, both attending to those D tokens; the test column says e.g. "
                   "\"pp2048 @ d16384\". Default 0 (an empty cache)")
       ->delimiter(',')
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   cmd->add_option("-b,--batch", o->batch,
                   "Sequences decoding together in the tgN tests, comma separated (default 1): B sequences, "
                   "each prefilled to the depth, take one token each per forward, as the serving scheduler's "
                   "decode passes do; t/s is all B sequences' tokens over the time (\"tg128 b16\")")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(positive);
   cmd->add_option("-u,--ubatch", o->ubatch,
                   "Most tokens per prefill forward: longer prompts and depths go in chunks of this many, each "
                   "attending to the cache the previous chunks wrote, so a 64k prompt needs no 64k-token "
                   "activations; ppN is N over the time of all its chunks. Default 2048, not llama-bench's 512: "
                   "the reference figures this bench is compared with were taken with batch 2048, and "
                   "2048-token GEMMs run nearer the fp16 ceiling")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("-r,--reps", o->reps, "Timed repetitions per test (after one warm-up)")->check(CLI::PositiveNumber);
+      ->check(positive);
+  cmd->add_option("-r,--reps", o->reps, "Timed repetitions per test (after one warm-up)")->check(positive);
   cmd->add_option("--device,--gpu", o->device,
                   "CUDA device index, or -1 for the CPU backend (default: 0 when there is a CUDA device, else -1)");
   cmd->add_option("-t,--threads", o->threads, "CPU backend threads (default: all cores)");
@@ -594,7 +597,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--profile", o->profile,
                 "After each tgN, microseconds per token by launch group (one GPU; CUDA graphs off, so its t/s "
                 "are below the unprofiled ones)");
-  cmd->callback([o] { run_bench(*o); });
+  cmd->callback([o] {
+    // 0 in -p / -n asks for no such test (llama-bench's -p 0 for decode-only runs).
+    for (auto* v : {&o->prompt, &o->gen}) v->erase(std::remove(v->begin(), v->end(), 0), v->end());
+    run_bench(*o);
+  });
 }
 
 }  // namespace tandem
