@@ -397,13 +397,18 @@ TEST_F(TandemModel, BenchDepthAndUbatchOptions) {
   EXPECT_EQ(r.code, 0) << r.err;
   for (const char* opt : {"--depth", "--ubatch", "pp2048 @ d16384", "2048"}) EXPECT_TRUE(has(r.out, opt)) << opt;
   const std::string missing = path("missing.gguf");
-  for (const char* bad : {"--ubatch 0", "--ubatch -4", "--depth 0,-1", "--depth x", "-p 0", "-n 0,128"}) {
+  for (const char* bad : {"--ubatch 0", "--ubatch -4", "--depth 0,-1", "--depth x", "-p -1", "-n 1,-128", "-r 0"}) {
     r = run("bench -m " + missing + " " + bad);
     EXPECT_EQ(r.code, 2) << bad << ": " << r.err;
   }
-  r = run("bench -m " + missing + " -d 0,512 -u 256 -p 64 -n 4 -r 1");
-  EXPECT_EQ(r.code, 1) << r.err;
-  EXPECT_TRUE(has(r.err, "CUDA") || has(r.err, "missing.gguf")) << r.err;
+  r = run("bench -m " + missing + " --ubatch 0");
+  EXPECT_TRUE(has(r.err, "not in range 1 to 2147483647")) << r.err;
+  // 0 in -p / -n asks for no such test (decode-only runs, as llama-bench -p 0).
+  for (const char* ok : {"-d 0,512 -u 256 -p 64 -n 4 -r 1", "-p 0 -n 4 -d 512", "-p 16 -n 0"}) {
+    r = run("bench -m " + missing + " " + ok);
+    EXPECT_EQ(r.code, 1) << ok << ": " << r.err;
+    EXPECT_TRUE(has(r.err, "CUDA") || has(r.err, "missing.gguf")) << ok << ": " << r.err;
+  }
 }
 
 // bench on the CPU backend (--device -1; also the default without a GPU): the llama-bench-like
