@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "daemon_client.h"
+#include "connect.h"
 #include "output.h"
 #include "prompt_input.h"
 #include "protocol/request.h"
@@ -14,56 +14,52 @@
 namespace tandem::client {
 namespace {
 
-using json = nlohmann::json;
-
-// Connects, sends `request` and hands the result to `show` (or prints it with --json).
-int one_call(const global_options& g, json request, const std::function<void(const json&)>& show,
-             const std::string& waiting = "") {
-  auto c = daemon_client::connect(g.socket);
+// Connects, makes one call and hands its reply to `show` (or prints its result map with --json).
+template <class Reply>
+int one_call(const global_options& g, const std::function<result<Reply>(connection&)>& call,
+             const std::function<void(const Reply&)>& show, const std::string& waiting = "") {
+  auto c = connect_to_daemon(g.socket);
   if (!c.ok()) return report(c.fail());
   std::optional<spinner> wait;
   if (!waiting.empty() && !g.json) wait.emplace(waiting);
-  auto r = c->call(std::move(request));
+  auto r = call(*c);
   if (wait) wait->stop();
-  if (!r.ok()) return report(r.fail());
-  if (g.json) print_json_line(*r);
+  if (!r.ok()) return report(to_failure(r.err()));
+  if (g.json) print_json_text(r->result_json);
   else show(*r);
   return 0;
 }
 
-std::uint64_t u64(const json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_number_unsigned() ? j[key].get<std::uint64_t>() : 0;
+// Table cells: "-" for what the daemon did not send.
+std::string text(const std::optional<std::string>& s) { return s ? *s : "-"; }
+std::string text(const std::optional<std::uint64_t>& n) { return n ? std::to_string(*n) : "-"; }
+std::string text(bool b) { return b ? "yes" : "no"; }
+
+std::string keep_alive_text(const model_info& m) {
+  if (!m.keep_alive_s) return "-";
+  return *m.keep_alive_s <= 0 ? "forever" : human_duration(*m.keep_alive_s);
 }
 
-std::string keep_alive_text(const json& m) {
-  if (!m.contains("keep_alive") || !m["keep_alive"].is_number()) return "-";
-  const double s = m["keep_alive"].get<double>();
-  return s <= 0 ? "forever" : human_duration(s);
-}
-
-void show_ps(const json& r) {
-  const json models = r.value("models", json::array());
+void show_ps(const models_reply& r) {
   // Hybrid models keep a recurrent state per sequence inside their cache: a column of its own
   // (RECURRENT, part of CACHE) only when some model listed has one.
   bool any_state = false;
-  for (const auto& m : models) any_state = any_state || u64(m, "state_bytes") > 0;
+  for (const auto& m : r.models) any_state = any_state || m.state_bytes.value_or(0) > 0;
   std::vector<std::string> head = {"NAME", "STATE", "ARCH", "BACKEND", "DEVICE", "FILE", "CACHE"};
   if (any_state) head.push_back("RECURRENT");
   for (const char* h : {"CONTEXT", "QUEUED", "SEQUENCES", "KEEP-ALIVE"}) head.push_back(h);
   std::vector<std::vector<std::string>> rows = {head};
-  for (const auto& m : models) {
-    if (!m.is_object() || m.value("state", "") == "unloaded") continue;
-    const bool resident = m.value("state", "") == "resident";
-    std::vector<std::string> row = {cell(m, "name") + (m.value("default", false) ? " *" : ""), cell(m, "state"),
-                                    cell(m, "arch"), cell(m, "backend"), cell(m, "device"),
-                                    resident ? human_bytes(u64(m, "file_bytes")) : "-",
-                                    resident ? human_bytes(u64(m, "cache_bytes")) : "-"};
-    if (any_state) row.push_back(resident && u64(m, "state_bytes") ? human_bytes(u64(m, "state_bytes")) : "-");
+  for (const auto& m : r.models) {
+    if (m.state == "unloaded") continue;
+    const bool resident = m.state == "resident";
+    std::vector<std::string> row = {m.name + (m.is_default ? " *" : ""), m.state, text(m.arch), text(m.backend),
+                                    text(m.device), resident ? human_bytes(m.file_bytes.value_or(0)) : "-",
+                                    resident ? human_bytes(m.cache_bytes.value_or(0)) : "-"};
+    if (any_state) row.push_back(resident && m.state_bytes.value_or(0) ? human_bytes(*m.state_bytes) : "-");
     // Sequences decoding or prefilling out of the model's slots ("2/4").
-    const std::string seqs = resident && m.contains("sequences") && m["sequences"].is_object()
-                                 ? cell(m["sequences"], "running") + "/" + cell(m, "parallel")
-                                 : "-";
-    for (const std::string& c : {cell(m, "n_ctx"), cell(m, "queued"), seqs, keep_alive_text(m)})
+    const std::string seqs =
+        resident && m.sequences ? std::to_string(m.sequences->running) + "/" + text(m.parallel) : "-";
+    for (const std::string& c : {text(m.n_ctx), std::to_string(m.queued), seqs, keep_alive_text(m)})
       row.push_back(c);
     rows.push_back(std::move(row));
   }
@@ -71,51 +67,46 @@ void show_ps(const json& r) {
   else print_table(rows);
 }
 
-void show_models(const json& r) {
+void show_models(const models_reply& r) {
   std::vector<std::vector<std::string>> rows = {{"NAME", "STATE", "DEFAULT", "SWAPS", "PATH"}};
-  for (const auto& m : r.value("models", json::array()))
-    if (m.is_object())
-      rows.push_back({cell(m, "name"), cell(m, "state"), cell(m, "default"), cell(m, "swaps"), cell(m, "path")});
+  for (const auto& m : r.models)
+    rows.push_back({m.name, m.state, text(m.is_default), std::to_string(m.swaps), m.path});
   if (rows.size() == 1) std::printf("no models (tandem load NAME FILE.gguf)\n");
   else print_table(rows);
 }
 
-void show_status(const json& r) {
-  const auto mem = r.value("memory", json::object());
-  const auto models = r.value("models", json::array());
+void show_status(const status_reply& r) {
+  const auto& mem = r.memory;
   std::size_t resident = 0;
-  for (const auto& m : models)
-    if (m.is_object() && m.value("state", "") == "resident") ++resident;
-  std::printf("tandemd %s (protocol %s), pid %s, up %s%s\n", cell(r, "version").c_str(), cell(r, "protocol").c_str(),
-              cell(r, "pid").c_str(), human_duration(r.value("uptime_seconds", 0.0)).c_str(),
-              r.value("draining", false) ? ", draining" : "");
-  std::printf("connections %s, in flight %s, queued %s\n", cell(r, "connections").c_str(),
-              cell(r, "in_flight").c_str(), cell(r, "queued").c_str());
-  std::printf("memory: %s resident, %s in models", human_bytes(u64(mem, "rss_bytes")).c_str(),
-              human_bytes(u64(mem, "model_bytes")).c_str());
-  if (const auto budget = u64(mem, "budget_bytes"); budget > 0)
-    std::printf(", budget %s (%s used)", human_bytes(budget).c_str(), human_bytes(u64(mem, "budget_used_bytes")).c_str());
+  for (const auto& m : r.models)
+    if (m.state == "resident") ++resident;
+  std::printf("tandemd %s (protocol %d), pid %lld, up %s%s\n", r.version.c_str(), r.protocol,
+              static_cast<long long>(r.pid), human_duration(r.uptime_seconds).c_str(), r.draining ? ", draining" : "");
+  std::printf("connections %llu, in flight %llu, queued %llu\n", static_cast<unsigned long long>(r.connections),
+              static_cast<unsigned long long>(r.in_flight), static_cast<unsigned long long>(r.queued));
+  std::printf("memory: %s resident, %s in models", human_bytes(mem.rss_bytes).c_str(),
+              human_bytes(mem.model_bytes).c_str());
+  if (mem.budget_bytes > 0)
+    std::printf(", budget %s (%s used)", human_bytes(mem.budget_bytes).c_str(),
+                human_bytes(mem.budget_used_bytes).c_str());
   std::printf("\n");
-  for (const auto& d : r.value("devices", json::array())) {
-    if (!d.is_object()) continue;
+  for (const auto& d : r.devices) {
     std::string names;
-    for (const auto& n : d.value("models", json::array()))
-      if (n.is_string()) names += (names.empty() ? "" : ", ") + n.get<std::string>();
-    std::printf("  %s: %s in models%s%s", cell(d, "device").c_str(), human_bytes(u64(d, "model_bytes")).c_str(),
+    for (const auto& n : d.models) names += (names.empty() ? "" : ", ") + n;
+    std::printf("  %s: %s in models%s%s", d.device.c_str(), human_bytes(d.model_bytes).c_str(),
                 names.empty() ? "" : " (", names.empty() ? "" : (names + ")").c_str());
-    if (d.contains("total_bytes"))
-      std::printf(", %s of %s available", human_bytes(u64(d, "available_bytes")).c_str(),
-                  human_bytes(u64(d, "total_bytes")).c_str());
+    if (d.total_bytes)
+      std::printf(", %s of %s available", human_bytes(d.available_bytes.value_or(0)).c_str(),
+                  human_bytes(*d.total_bytes).c_str());
     std::printf("\n");
   }
-  std::printf("models: %zu, %zu resident\n", models.size(), resident);
+  std::printf("models: %zu, %zu resident\n", r.models.size(), resident);
 }
 
-void show_loaded(const char* verb, const json& r) {
-  const auto m = r.value("model", json::object());
-  std::printf("%s '%s': %s on %s, %s file, %s cache, %s tokens of context\n", verb, cell(r, "name").c_str(),
-              cell(m, "arch").c_str(), cell(m, "backend").c_str(), human_bytes(u64(m, "file_bytes")).c_str(),
-              human_bytes(u64(m, "cache_bytes")).c_str(), cell(m, "n_ctx").c_str());
+void show_loaded(const char* verb, const loaded_reply& r) {
+  std::printf("%s '%s': %s on %s, %s file, %s cache, %llu tokens of context\n", verb, r.name.c_str(), r.arch.c_str(),
+              r.backend.c_str(), human_bytes(r.file_bytes).c_str(), human_bytes(r.cache_bytes).c_str(),
+              static_cast<unsigned long long>(r.n_ctx));
 }
 
 // The daemon resolves paths in its own working directory; a path typed here means ours.
@@ -148,28 +139,35 @@ int run_tokenize(const global_options& g, const admin_options& o) {
   }
   auto src = resolve_prompt(o.args, o.model, piped);
   if (!src.ok()) return report(src.fail());
-  json req = {{"op", "tokenize"}, {"text", src->prompt}, {"add_special", !o.no_special}};
-  if (!src->model.empty()) req["model"] = src->model;
-  return one_call(g, std::move(req), [](const json& r) {
-    std::string line;
-    for (const auto& t : r.value("tokens", json::array())) line += (line.empty() ? "" : " ") + t.dump();
-    std::printf("%s\n", line.c_str());
-  });
+  const tokenize_request req{src->model, src->prompt, !o.no_special};
+  return one_call<tokenize_reply>(
+      g, [&req](connection& c) { return c.tokenize(req); },
+      [](const tokenize_reply& r) {
+        std::string line;
+        for (const auto t : r.tokens) line += (line.empty() ? "" : " ") + std::to_string(t);
+        std::printf("%s\n", line.c_str());
+      });
 }
 
 // A command that is one request without arguments (`ps` asks for `models`, shown differently).
-void add_simple(CLI::App& app, const global_options& g, action& act, const char* name, const char* op,
-                const char* help, std::function<void(const json&)> show) {
+template <class Reply>
+void add_simple(CLI::App& app, const global_options& g, action& act, const char* name, const char* help,
+                result<Reply> (connection::*call)(), void (*show)(const Reply&)) {
   auto* cmd = app.add_subcommand(name, help);
-  cmd->callback([&g, &act, op, show] { act = [&g, op, show] { return one_call(g, {{"op", op}}, show); }; });
+  cmd->callback([&g, &act, call, show] {
+    act = [&g, call, show] { return one_call<Reply>(g, [call](connection& c) { return (c.*call)(); }, show); };
+  });
 }
 
 }  // namespace
 
 void add_admin_commands(CLI::App& app, const global_options& g, action& act) {
-  add_simple(app, g, act, "ps", "models", "List loaded models with their memory, backend and state", show_ps);
-  add_simple(app, g, act, "models", "models", "List every model alias the daemon knows", show_models);
-  add_simple(app, g, act, "status", "status", "Show the daemon's version, uptime, load and memory", show_status);
+  add_simple<models_reply>(app, g, act, "ps", "List loaded models with their memory, backend and state",
+                           &connection::models, show_ps);
+  add_simple<models_reply>(app, g, act, "models", "List every model alias the daemon knows", &connection::models,
+                           show_models);
+  add_simple<status_reply>(app, g, act, "status", "Show the daemon's version, uptime, load and memory",
+                           &connection::status, show_status);
   auto o = std::make_shared<admin_options>();
 
   auto* load = app.add_subcommand("load", "Load a GGUF file under a new alias");
@@ -180,9 +178,10 @@ void add_admin_commands(CLI::App& app, const global_options& g, action& act) {
   load->callback([&g, &act, o] {
     act = [&g, o] {
       if (int rc = check_name(o->name)) return rc;
-      json req = {{"op", "load"}, {"name", o->name}, {"path", absolute_path(o->path)}};
-      if (o->keep_alive) req["keep_alive"] = *o->keep_alive;
-      return one_call(g, std::move(req), [](const json& r) { show_loaded("loaded", r); }, "loading " + o->name);
+      const load_request req{o->name, absolute_path(o->path), o->keep_alive};
+      return one_call<loaded_reply>(
+          g, [&req](connection& c) { return c.load(req); },
+          [](const loaded_reply& r) { show_loaded("loaded", r); }, "loading " + o->name);
     };
   });
 
@@ -192,8 +191,10 @@ void add_admin_commands(CLI::App& app, const global_options& g, action& act) {
   swap->callback([&g, &act, o] {
     act = [&g, o] {
       if (int rc = check_name(o->name)) return rc;
-      json req = {{"op", "swap"}, {"name", o->name}, {"path", absolute_path(o->path)}};
-      return one_call(g, std::move(req), [](const json& r) { show_loaded("swapped", r); }, "loading " + o->path);
+      const swap_request req{o->name, absolute_path(o->path)};
+      return one_call<loaded_reply>(
+          g, [&req](connection& c) { return c.swap(req); },
+          [](const loaded_reply& r) { show_loaded("swapped", r); }, "loading " + o->path);
     };
   });
 
@@ -202,8 +203,9 @@ void add_admin_commands(CLI::App& app, const global_options& g, action& act) {
   unload->callback([&g, &act, o] {
     act = [&g, o] {
       if (int rc = check_name(o->name)) return rc;
-      return one_call(g, {{"op", "unload"}, {"name", o->name}},
-                      [](const json& r) { std::printf("unloaded '%s'\n", cell(r, "name").c_str()); });
+      return one_call<unload_reply>(
+          g, [o](connection& c) { return c.unload(o->name); },
+          [](const unload_reply& r) { std::printf("unloaded '%s'\n", r.name.c_str()); });
     };
   });
 

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "daemon_client.h"
+#include "connect.h"
 #include "generation.h"
 #include "interrupt.h"
 #include "line_reader.h"
@@ -31,7 +31,7 @@ constexpr const char* help_text =
 
 class chat_session {
  public:
-  chat_session(const global_options& g, const chat_options& o, daemon_client& c, std::string model)
+  chat_session(const global_options& g, const chat_options& o, connection& c, std::string model)
       : g_(g), o_(o), c_(c), model_(std::move(model)), interactive_(isatty(STDIN_FILENO)) {
     clear();
   }
@@ -50,15 +50,15 @@ class chat_session {
 
   const global_options& g_;
   const chat_options& o_;
-  daemon_client& c_;
+  connection& c_;
   std::string model_;
   bool interactive_;
-  nlohmann::json history_;
+  std::vector<chat_message> history_;
 };
 
 void chat_session::clear() {
-  history_ = nlohmann::json::array();
-  if (!o_.system.empty()) history_.push_back({{"role", "system"}, {"content", o_.system}});
+  history_.clear();
+  if (!o_.system.empty()) history_.push_back({"system", o_.system});
 }
 
 int chat_session::loop() {
@@ -104,11 +104,11 @@ std::optional<int> chat_session::command(const std::string& line) {
       std::printf("'%s' is not a model name\n", arg.c_str());
       return std::nullopt;
     }
-    auto models = c_.call({{"op", "models"}});
-    if (!models.ok()) return report(models.fail());
+    auto models = c_.models();
+    if (!models.ok()) return report(to_failure(models.err()));
     bool known = false;
-    for (const auto& m : (*models)["models"])
-      if (m.is_object() && m.value("name", "") == arg) known = true;
+    for (const auto& m : models->models)
+      if (m.name == arg) known = true;
     if (!known) std::printf("no model named '%s' (tandem models lists them)\n", arg.c_str());
     else {
       model_ = arg;
@@ -122,9 +122,10 @@ std::optional<int> chat_session::command(const std::string& line) {
 }
 
 std::optional<int> chat_session::turn(const std::string& text) {
-  history_.push_back({{"role", "user"}, {"content", text}});
-  nlohmann::json req = {{"messages", history_}};
-  if (!model_.empty()) req["model"] = model_;
+  history_.push_back({"user", text});
+  generate_request req;
+  req.messages = history_;
+  req.model = model_;
   apply_sampling(o_.sampling, req);
   stream_options so;
   so.json = g_.json;
@@ -135,10 +136,10 @@ std::optional<int> chat_session::turn(const std::string& text) {
     std::fflush(stdout);
     if (!t.empty()) mid_line = t.back() != '\n';
   };
-  auto gen = stream_generation(c_, std::move(req), so);
+  auto gen = stream_generation(c_, req, so);
   if (mid_line) std::fputc('\n', stdout);
   if (!gen.ok()) {
-    history_.erase(history_.size() - 1);  // the turn did not happen
+    history_.pop_back();  // the turn did not happen
     const auto st = gen.fail().status;
     const int code = report(gen.fail());
     // A dead connection ends the session; so does any error when a script drives it.
@@ -146,9 +147,9 @@ std::optional<int> chat_session::turn(const std::string& text) {
     return std::nullopt;
   }
   // What was shown is what the model said, even when Ctrl-C cut it short.
-  history_.push_back({{"role", "assistant"}, {"content", gen->text}});
-  if (o_.verbose) std::fprintf(stderr, "%s\n", describe_stats(gen->result).c_str());
-  if (gen->interrupted && !g_.json) std::printf("(stopped)\n");
+  history_.push_back({"assistant", gen->text});
+  if (o_.verbose) std::fprintf(stderr, "%s\n", describe_stats(*gen).c_str());
+  if (gen->cancel_sent && !g_.json) std::printf("(stopped)\n");
   std::fflush(stdout);
   return std::nullopt;
 }
@@ -158,7 +159,7 @@ int run(const global_options& g, const chat_options& o) {
   const std::string model = o.args.empty() ? "" : o.args[0];
   if (!model.empty() && !proto::valid_model_name(model))
     return report({exit_status::usage, "'" + model + "' is not a model name (1-64 of A-Z a-z 0-9 . _ : -)"});
-  auto c = daemon_client::connect(g.socket);
+  auto c = connect_to_daemon(g.socket);
   if (!c.ok()) return report(c.fail());
   install_interrupt_handler();
   chat_session s(g, o, *c, model);

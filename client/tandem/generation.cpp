@@ -1,20 +1,15 @@
-// Streaming generation with cancel-on-Ctrl-C.
+// Streaming generation with cancel-on-Ctrl-C: the library does the protocol; here are the
+// spinner, the JSON lines and the routing of SIGINT to the running request.
 #include "generation.h"
 
 #include <cstdio>
 
+#include "connect.h"
 #include "interrupt.h"
 #include "output.h"
 #include "spinner.h"
 
 namespace tandem::client {
-namespace {
-
-// How long a cancelled generation may take to end before we stop waiting (closing the
-// connection cancels it on the daemon's side anyway; prefill is not interruptible).
-constexpr int cancel_wait_ms = 3000;
-
-}  // namespace
 
 void add_sampling_flags(CLI::App& cmd, sampling_flags& f) {
   cmd.add_option("--temp,--temperature", f.temperature, "Sampling temperature, 0 = greedy (daemon default 0.8)")
@@ -34,69 +29,43 @@ void add_sampling_flags(CLI::App& cmd, sampling_flags& f) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
-void apply_sampling(const sampling_flags& f, nlohmann::json& r) {
-  if (f.temperature) r["temperature"] = *f.temperature;
-  if (f.top_k) r["top_k"] = *f.top_k;
-  if (f.top_p) r["top_p"] = *f.top_p;
-  if (f.min_p) r["min_p"] = *f.min_p;
-  if (f.repeat_penalty) r["repeat_penalty"] = *f.repeat_penalty;
-  if (f.seed) r["seed"] = *f.seed;
-  if (f.max_tokens) r["max_tokens"] = *f.max_tokens;
-  if (!f.stop.empty()) r["stop"] = f.stop;
+void apply_sampling(const sampling_flags& f, generate_request& r) {
+  r.temperature = f.temperature;
+  r.top_k = f.top_k;
+  r.top_p = f.top_p;
+  r.min_p = f.min_p;
+  r.repeat_penalty = f.repeat_penalty;
+  r.seed = f.seed;
+  r.max_tokens = f.max_tokens;
+  r.stop = f.stop;
 }
 
-outcome<generation> stream_generation(daemon_client& c, nlohmann::json request, const stream_options& opt) {
-  const auto id = c.next_id();
-  request["id"] = id;
-  request["op"] = "generate";
-  request["stream"] = true;
+outcome<generate_result> stream_generation(connection& c, const generate_request& request,
+                                           const stream_options& opt) {
   std::optional<spinner> wait;
   if (!opt.json && !opt.waiting_label.empty()) wait.emplace(opt.waiting_label);
-  if (auto f = c.send(request)) return *f;
-
-  generation g;
-  bool cancel_sent = false;
-  for (;;) {
-    auto r = cancel_sent ? c.receive(true, cancel_wait_ms) : c.receive(true);
-    if (!r.ok()) {
-      if (r.fail().status == exit_status::interrupted && !cancel_sent) {
-        if (wait) wait->stop();
-        if (auto f = c.send({{"id", c.next_id()}, {"op", "cancel"}, {"target", id}})) return *f;
-        cancel_sent = true;
-        g.interrupted = true;
-        continue;
-      }
-      // A second Ctrl-C, or the daemon is slow to stop: give up; closing the socket cancels.
-      if (cancel_sent) return failure{exit_status::interrupted, "interrupted"};
-      return r.fail();
-    }
-    const auto& reply = *r;
-    if (reply["id"] != id) continue;  // the cancel's own reply
+  stream_handlers h;
+  h.on_cancel_sent = [&wait] {
     if (wait) wait->stop();
-    if (opt.json) print_json_line(reply);
-    if (reply.contains("error")) return reply_failure(reply);
-    if (reply.contains("chunk") && reply["chunk"].is_string()) {
-      const auto& text = reply["chunk"].get_ref<const std::string&>();
-      g.text += text;
-      if (!opt.json && opt.on_text) opt.on_text(text);
-      continue;
-    }
-    if (!reply.contains("result") || !reply["result"].is_object())
-      return failure{exit_status::protocol, "generate: reply without chunk, result or error"};
-    g.result = reply["result"];
-    return g;
-  }
+  };
+  h.on_reply = [&wait, &opt](std::string_view reply) {
+    if (wait) wait->stop();
+    if (opt.json) print_json_text(reply);
+  };
+  if (!opt.json && opt.on_text) h.on_text = [&opt](std::string_view t) { opt.on_text(std::string(t)); };
+  // Routed for the whole call: a Ctrl-C while waiting for a model to load cancels too.
+  interrupt_route route(c);
+  return to_outcome(c.generate(request, h));
 }
 
-std::string describe_stats(const nlohmann::json& r) {
-  auto num = [&](const char* k) { return r.contains(k) && r[k].is_number() ? r[k].get<double>() : 0.0; };
+std::string describe_stats(const generate_result& r) {
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "%.0f tokens in %.2fs (%.1f tok/s), prompt %.0f tokens (%.0f reused, %.1f tok/s), "
                 "first token after %.3fs, finish: %s",
-                num("generated_tokens"), num("prefill_seconds") + num("decode_seconds"), num("decode_tok_s"),
-                num("prompt_tokens"), num("reused_tokens"), num("prefill_tok_s"), num("first_token_seconds"),
-                cell(r, "finish_reason").c_str());
+                static_cast<double>(r.generated_tokens), r.prefill_seconds + r.decode_seconds, r.decode_tok_s,
+                static_cast<double>(r.prompt_tokens), static_cast<double>(r.reused_tokens.value_or(0)),
+                r.prefill_tok_s, r.first_token_seconds, r.finish_reason.empty() ? "-" : r.finish_reason.c_str());
   return buf;
 }
 

@@ -1,9 +1,8 @@
 // Generation requests shared by `tandem run` and `tandem chat`: the sampling flags, and streaming
-// one generate request with Ctrl-C turned into a protocol `cancel`.
+// one generate request through libtandem-client with Ctrl-C turned into a protocol `cancel`.
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -11,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon_client.h"
 #include "failure.h"
+#include "tandem/client.h"
 
 namespace tandem::client {
 
@@ -32,13 +31,7 @@ struct sampling_flags {
 void add_sampling_flags(CLI::App& cmd, sampling_flags& f);
 
 // Copies the set flags into a generate request.
-void apply_sampling(const sampling_flags& f, nlohmann::json& request);
-
-struct generation {
-  nlohmann::json result;  // the final reply's result (finish_reason, token counts, rates)
-  std::string text;       // everything streamed
-  bool interrupted = false;
-};
+void apply_sampling(const sampling_flags& f, generate_request& request);
 
 struct stream_options {
   bool json = false;             // print every reply as a JSON line instead of the text
@@ -46,11 +39,12 @@ struct stream_options {
   std::function<void(const std::string&)> on_text;  // each chunk, in order (text mode)
 };
 
-// Sends `request` (op generate, streamed) and follows it to its final reply. Ctrl-C sends
-// `cancel` and waits a little for the daemon to end the generation; `interrupted` is then set.
-outcome<generation> stream_generation(daemon_client& c, nlohmann::json request, const stream_options& opt);
+// Streams `request` to its final reply. Ctrl-C sends `cancel` and waits a little for the daemon
+// to end the generation; the result's cancel_sent then says it was interrupted.
+outcome<generate_result> stream_generation(connection& c, const generate_request& request,
+                                           const stream_options& opt);
 
 // "12 tokens in 0.8s (15.0 tok/s), prompt 5 tokens (120.0 tok/s), finish: length".
-std::string describe_stats(const nlohmann::json& result);
+std::string describe_stats(const generate_result& result);
 
 }  // namespace tandem::client

@@ -1,9 +1,10 @@
-// SIGINT → self-pipe. The handler only write()s one byte (async-signal-safe).
+// SIGINT → self-pipe, or → the routed connection's cancel(). The handler only write()s.
 #include "interrupt.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 
@@ -11,12 +12,19 @@ namespace tandem::client {
 namespace {
 
 int pipe_fds[2] = {-1, -1};
+// A lock-free atomic pointer is safe to read in a signal handler.
+std::atomic<connection*> routed{nullptr};
+static_assert(std::atomic<connection*>::is_always_lock_free);
 
 extern "C" void on_sigint(int) {
   const int saved = errno;
-  const char b = 1;
-  // A full pipe already says "interrupted": a failed write loses nothing.
-  [[maybe_unused]] auto n = write(pipe_fds[1], &b, 1);
+  if (connection* c = routed.load()) {
+    c->cancel();
+  } else {
+    const char b = 1;
+    // A full pipe already says "interrupted": a failed write loses nothing.
+    [[maybe_unused]] auto n = write(pipe_fds[1], &b, 1);
+  }
   errno = saved;
 }
 
@@ -41,5 +49,9 @@ bool take_interrupt() {
   while (read(pipe_fds[0], buf, sizeof buf) > 0) any = true;
   return any;
 }
+
+interrupt_route::interrupt_route(connection& c) { routed.store(&c); }
+
+interrupt_route::~interrupt_route() { routed.store(nullptr); }
 
 }  // namespace tandem::client

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "daemon_client.h"
+#include "connect.h"
 #include "load_stats.h"
 #include "output.h"
 #include "protocol/request.h"
@@ -19,7 +19,7 @@
 namespace tandem::client {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::json;  // the --json summary
 using steady = std::chrono::steady_clock;
 
 struct loadgen_options {
@@ -36,81 +36,61 @@ struct loadgen_options {
 
 double seconds_since(steady::time_point t0) { return std::chrono::duration<double>(steady::now() - t0).count(); }
 
-std::optional<std::uint64_t> opt_u64(const json& j, const char* key) {
-  if (!j.contains(key) || !j[key].is_number_unsigned()) return std::nullopt;
-  return j[key].get<std::uint64_t>();
-}
-
 // Request `i` (0-based). Distinct prompts by default, so that a daemon that reuses cached
 // prefixes cannot serve every request from one cache entry unless asked to (--same-prompt).
-json build_request(const loadgen_options& o, std::uint64_t i) {
+generate_request build_request(const loadgen_options& o, std::uint64_t i) {
   const std::string text = o.same_prompt ? o.prompt : o.prompt + " (request " + std::to_string(i + 1) + ")";
-  json req = {{"op", "generate"}, {"stream", true}, {"max_tokens", o.max_tokens}, {"temperature", o.temperature}};
-  if (!o.model.empty()) req["model"] = o.model;
-  if (o.raw) req["prompt"] = text;
-  else req["messages"] = json::array({{{"role", "user"}, {"content", text}}});
+  generate_request req;
+  req.model = o.model;
+  req.max_tokens = o.max_tokens;
+  req.temperature = o.temperature;
+  if (o.raw) req.prompt = text;
+  else req.messages = {{"user", text}};
   return req;
 }
 
-// Milliseconds left until `deadline` for daemon_client::receive (-1: no deadline), rounded up so
-// that a wait that times out ends after the deadline, and at least 1 so that it never means
-// "forever".
-int remaining_ms(const std::optional<steady::time_point>& deadline) {
-  if (!deadline) return -1;
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - steady::now()).count();
-  return static_cast<int>(std::clamp<long long>(left, 1, 1 << 30));
+// --timeout on a connection: every request on it must end within it (rounded up to 1 ms, so
+// that a tiny timeout never means "none").
+void apply_timeout(connection& c, double timeout_s) {
+  if (timeout_s <= 0) return;
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(std::chrono::duration<double>(timeout_s));
+  c.set_timeout(std::max(ms, std::chrono::milliseconds(1)));
 }
 
-void take_result(const json& result, request_sample& s) {
+void take_result(const generate_result& result, request_sample& s) {
   s.ok = true;
-  s.generated_tokens = opt_u64(result, "generated_tokens").value_or(0);
-  s.prompt_tokens = opt_u64(result, "prompt_tokens").value_or(0);
-  s.reused_tokens = opt_u64(result, "reused_tokens");  // newer daemons only
-  if (result.contains("decode_tok_s") && result["decode_tok_s"].is_number())
-    s.decode_tok_s = result["decode_tok_s"].get<double>();
+  s.generated_tokens = result.generated_tokens;
+  s.prompt_tokens = result.prompt_tokens;
+  s.reused_tokens = result.reused_tokens;  // newer daemons only
+  s.decode_tok_s = result.decode_tok_s;
 }
 
 // Streams one request on `c` into `s`. Returns false when the connection can no longer be used
 // (broken, or a request still running on it after a timeout), so the caller reconnects.
-bool stream_one(daemon_client& c, json req, double timeout_s, request_sample& s) {
-  const auto id = c.next_id();
-  req["id"] = id;
+bool stream_one(connection& c, const generate_request& req, double timeout_s, request_sample& s) {
   const auto t0 = steady::now();
-  std::optional<steady::time_point> deadline;
-  if (timeout_s > 0)
-    deadline = t0 + std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(timeout_s));
-  // Records the failure; `usable` says whether the connection may carry the next request.
-  auto fail = [&s](const failure& f, bool usable) {
-    s.status = f.status;
-    s.error = f.message;
-    return usable;
-  };
-  if (auto f = c.send(req)) return fail(*f, false);
   std::optional<steady::time_point> last_chunk;
-  for (;;) {
-    auto r = c.receive(false, remaining_ms(deadline));
-    // Past the deadline only a final reply still counts; a chunk or a wait that ended is a timeout.
-    if (deadline && steady::now() >= *deadline && (!r.ok() || (!r->contains("result") && !r->contains("error")))) {
-      char msg[96];
-      std::snprintf(msg, sizeof msg, "no final reply within %g s (--timeout)", timeout_s);
-      return fail({exit_status::protocol, msg}, false);
-    }
-    if (!r.ok()) return fail(r.fail(), false);
-    const json& reply = *r;
-    if (reply["id"] != id) continue;  // not ours (nothing else is in flight here)
-    if (reply.contains("error")) return fail(reply_failure(reply), true);
-    if (reply.contains("chunk")) {
-      const auto now = steady::now();
-      if (!last_chunk) s.ttft_s = std::chrono::duration<double>(now - t0).count();
-      else s.gaps_s.push_back(std::chrono::duration<double>(now - *last_chunk).count());
-      last_chunk = now;
-      continue;
-    }
-    if (!reply.contains("result") || !reply["result"].is_object())
-      return fail({exit_status::protocol, "generate: reply without chunk, result or error"}, false);
-    take_result(reply["result"], s);
+  stream_handlers h;
+  h.on_text = [&](std::string_view) {
+    const auto now = steady::now();
+    if (!last_chunk) s.ttft_s = std::chrono::duration<double>(now - t0).count();
+    else s.gaps_s.push_back(std::chrono::duration<double>(now - *last_chunk).count());
+    last_chunk = now;
+  };
+  auto r = c.generate(req, h);
+  if (r.ok()) {
+    take_result(*r, s);
     return true;
   }
+  failure f = to_failure(r.err());
+  if (r.err().kind == error_kind::timeout) {
+    char msg[96];
+    std::snprintf(msg, sizeof msg, "no final reply within %g s (--timeout)", timeout_s);
+    f = {exit_status::protocol, msg};
+  }
+  s.status = f.status;
+  s.error = f.message;
+  return c.usable();  // a daemon's error reply leaves it usable
 }
 
 // The clients share one counter of requests handed out and one list of samples, appended in
@@ -121,13 +101,14 @@ class load_run {
 
   // One client: takes request numbers until none are left. A connection that broke is opened
   // again for the next request; a failed connect fails that request only.
-  void client(std::optional<daemon_client> c) {
+  void client(std::optional<connection> c) {
     for (std::uint64_t i; (i = next_.fetch_add(1)) < total_;) {
       request_sample s;
       if (!c) {
-        auto fresh = daemon_client::connect(g_.socket);
+        auto fresh = connect_to_daemon(g_.socket);
         if (fresh.ok()) {
           c.emplace(std::move(*fresh));
+          apply_timeout(*c, o_.timeout_s);
         } else {
           s.status = fresh.fail().status;
           s.error = fresh.fail().message;
@@ -201,10 +182,11 @@ int loadgen(const global_options& g, const loadgen_options& o) {
   const auto clients = static_cast<std::size_t>(std::min<std::uint64_t>(o.clients, total));
   // Connect every client before the clock starts: a daemon that is not there is one clear
   // error, and connection set-up is not part of what is measured.
-  std::vector<std::optional<daemon_client>> conns;
+  std::vector<std::optional<connection>> conns;
   for (std::size_t i = 0; i < clients; ++i) {
-    auto c = daemon_client::connect(g.socket);
+    auto c = connect_to_daemon(g.socket);
     if (!c.ok()) return report(c.fail());
+    apply_timeout(*c, o.timeout_s);
     conns.emplace_back(std::move(*c));
   }
   load_run run(g, o, total);

@@ -8,8 +8,11 @@ namespace tandem::client {
 
 void print_json_line(const nlohmann::json& j) {
   // Replace, not throw, on invalid UTF-8: the daemon promises valid text, but a dump must not abort.
-  const std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::fwrite(s.data(), 1, s.size(), stdout);
+  print_json_text(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+void print_json_text(std::string_view text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
 }
@@ -59,14 +62,6 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
     }
     std::printf("%s\n", line.c_str());
   }
-}
-
-std::string cell(const nlohmann::json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return "-";
-  const auto& v = j[key];
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
-  return v.dump();
 }
 
 }  // namespace tandem::client

@@ -6,12 +6,15 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tandem::client {
 
 // One compact JSON object and a newline on stdout, flushed (scripts read it as it comes).
 void print_json_line(const nlohmann::json& j);
+// The same for JSON text already rendered (libtandem-client's result_json and replies).
+void print_json_text(std::string_view text);
 
 // 1536 → "1.5 KiB".
 std::string human_bytes(std::uint64_t n);
@@ -21,8 +24,5 @@ std::string human_duration(double seconds);
 
 // Prints rows with each column padded to its widest cell; the first row is the header.
 void print_table(const std::vector<std::vector<std::string>>& rows);
-
-// j[key] as text for a table cell, "-" when absent or null.
-std::string cell(const nlohmann::json& j, const char* key);
 
 }  // namespace tandem::client

@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "daemon_client.h"
+#include "connect.h"
 #include "generation.h"
 #include "interrupt.h"
 #include "prompt_input.h"
@@ -20,7 +20,7 @@ struct run_options {
   sampling_flags sampling;
 };
 
-outcome<nlohmann::json> build_request(const global_options&, const run_options& o) {
+outcome<generate_request> build_request(const global_options&, const run_options& o) {
   std::optional<std::string> piped;
   if (o.args.size() < 2 && stdin_is_piped()) {
     auto t = read_all_stdin();
@@ -29,16 +29,14 @@ outcome<nlohmann::json> build_request(const global_options&, const run_options& 
   }
   auto src = resolve_prompt(o.args, o.model, piped);
   if (!src.ok()) return src.fail();
-  nlohmann::json req = nlohmann::json::object();
-  if (!src->model.empty()) req["model"] = src->model;
+  generate_request req;
+  req.model = src->model;
   if (o.raw) {
     if (!o.system.empty()) return failure{exit_status::usage, "--system needs the chat template (drop --raw)"};
-    req["prompt"] = src->prompt;
+    req.prompt = src->prompt;
   } else {
-    auto messages = nlohmann::json::array();
-    if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
-    messages.push_back({{"role", "user"}, {"content", src->prompt}});
-    req["messages"] = std::move(messages);
+    if (!o.system.empty()) req.messages.push_back({"system", o.system});
+    req.messages.push_back({"user", src->prompt});
   }
   apply_sampling(o.sampling, req);
   return req;
@@ -47,29 +45,28 @@ outcome<nlohmann::json> build_request(const global_options&, const run_options& 
 int run(const global_options& g, const run_options& o) {
   auto req = build_request(g, o);
   if (!req.ok()) return report(req.fail());
-  auto c = daemon_client::connect(g.socket);
+  auto c = connect_to_daemon(g.socket);
   if (!c.ok()) return report(c.fail());
   install_interrupt_handler();
 
   stream_options so;
   so.json = g.json;
-  so.waiting_label = "waiting for " + (req->contains("model") ? "'" + (*req)["model"].get<std::string>() + "'"
-                                                              : std::string("the default model"));
+  so.waiting_label = "waiting for " + (req->model.empty() ? std::string("the default model") : "'" + req->model + "'");
   bool mid_line = false;  // the text so far does not end with a newline
   so.on_text = [&mid_line](const std::string& t) {
     std::fwrite(t.data(), 1, t.size(), stdout);
     std::fflush(stdout);
     if (!t.empty()) mid_line = t.back() != '\n';
   };
-  auto gen = stream_generation(*c, std::move(*req), so);
+  auto gen = stream_generation(*c, *req, so);
   if (!gen.ok()) {
     if (mid_line) std::fputc('\n', stdout);  // end a partial answer before the error
     return report(gen.fail());
   }
   if (mid_line) std::fputc('\n', stdout);
   std::fflush(stdout);
-  if (o.verbose) std::fprintf(stderr, "%s\n", describe_stats(gen->result).c_str());
-  return to_int(gen->interrupted ? exit_status::interrupted : exit_status::ok);
+  if (o.verbose) std::fprintf(stderr, "%s\n", describe_stats(*gen).c_str());
+  return to_int(gen->cancel_sent ? exit_status::interrupted : exit_status::ok);
 }
 
 }  // namespace
