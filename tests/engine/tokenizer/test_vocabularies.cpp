@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "gguf/gguf_reader.h"
 #include "tokenizer/hf_tokenizer.h"
@@ -85,14 +86,19 @@ std::optional<std::string> find_vocabulary(const std::string& name) {
   }
   std::string upper;
   for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  fs::path dir;
+  // The variable first (a user's own copy), then what the repository ships (tests/data: Qwen3,
+  // whose licence allows it), then the shared data folder beside a checkout.
+  std::vector<fs::path> dirs;
   if (auto p = env(("TANDEM_" + upper + "_TOKENIZER").c_str())) {
-    dir = *p;
+    dirs = {fs::path(*p)};
   } else {
-    dir = fs::path(source_dir()) / ".." / "shared" / "data" / (name + "-tokenizer");
+    dirs = {fs::path(source_dir()) / "tests" / "data" / (name + "-tokenizer"),
+            fs::path(source_dir()) / ".." / "shared" / "data" / (name + "-tokenizer")};
   }
-  if (fs::exists(dir / "tokenizer.json.gz", ec)) return (dir / "tokenizer.json.gz").string();
-  if (fs::exists(dir / "tokenizer.json", ec)) return (dir / "tokenizer.json").string();
+  for (const auto& dir : dirs) {
+    if (fs::exists(dir / "tokenizer.json.gz", ec)) return (dir / "tokenizer.json.gz").string();
+    if (fs::exists(dir / "tokenizer.json", ec)) return (dir / "tokenizer.json").string();
+  }
   return std::nullopt;
 }
 

@@ -68,7 +68,8 @@ class reference_test : public ::testing::TestWithParam<std::string> {
       GTEST_SKIP() << GetParam() << " vocabulary not found: set TANDEM_" << upper << "_TOKENIZER to a directory "
                    << "holding its tokenizer.json (or tokenizer.json.gz) and tokenizer_config.json (Qwen3: "
                    << "Hugging Face Qwen/Qwen3-0.6B, Apache-2.0; Llama 3: meta-llama/Meta-Llama-3-8B, Meta's "
-                   << "licence), or put them in ../shared/data/" << GetParam() << "-tokenizer beside the checkout";
+                   << "licence, so not shipped in tests/data), or put them in ../shared/data/" << GetParam()
+                   << "-tokenizer beside the checkout";
     }
     // Loading a 150k vocabulary takes seconds; each one is loaded once for all the tests.
     static std::map<std::string, std::shared_ptr<tokenizer>> loaded;
