@@ -2,7 +2,8 @@
 # On the GPU machine, in one call: build for sm_90, the scheduler's and the decode-batch GEMM's gpu
 # tests and the GEMM's bandwidth table, then on a random Qwen3-8B-shaped model `tandem-model bench`
 # of 1..64 sequences decoding together and tandemd serving it on GPU 0 to `tandem loadgen` at 1, 4,
-# 16 and 64 clients (issue 23's figures). Env: STEPS (default "build test bench"), PRESET
+# 16 and 64 clients (issue 23's figures), and a summary of tandemd's per-pass trace
+# (TANDEM_SCHEDULER_TRACE, scripts/step_trace_summary.py). Env: STEPS (default "build test bench"), PRESET
 # (qwen3-8b), TYPE (Q4_K_M), PARALLEL (64), CONTEXT (tokens per sequence, 1024), CLIENTS
 # ("1 4 16 64"), TOKENS (128), CHUNK (prefill-chunk, 512), BUILD_DIR (build-gpu).
 # Usage (repo root, .devdeps/ alongside): bash scripts/gpu_serving_run.sh
@@ -27,7 +28,7 @@ m=/tmp/serve-${TYPE:-Q4_K_M}.gguf sock=/tmp/tandem-serve.sock
 "$tm" make --preset "${PRESET:-qwen3-8b}" --type "${TYPE:-Q4_K_M}" --row-pool 256 -o "$m" -q || exit 1
 "$tm" bench -m "$m" -p 16 -n 64 -b 1,8,9,16,32,64 -r 2 --no-ceilings 2>&1 | grep -E "^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'
 echo "== tandemd on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%FT%TZ)"
-"$td" --socket "$sock" --config /dev/null --gpu 0 --parallel "${PARALLEL:-64}" --context "${CONTEXT:-1024}" \
+TANDEM_SCHEDULER_TRACE=/tmp/tandem-serve.trace "$td" --socket "$sock" --config /dev/null --gpu 0 --parallel "${PARALLEL:-64}" --context "${CONTEXT:-1024}" \
   --prefill-chunk "${CHUNK:-512}" --queue-depth 1024 --max-connections-per-user 1024 --model "m=$m" >/tmp/tandemd-serve.log 2>&1 &
 pid=$!
 for _ in $(seq 600); do "$tc" --socket "$sock" --json models 2>/dev/null | grep -q '"resident"' && break; sleep 0.2; done
@@ -38,4 +39,6 @@ for c in ${CLIENTS:-1 4 16 64}; do
 done
 kill "$pid"; wait "$pid"
 tail -3 /tmp/tandemd-serve.log
+# Where the passes' time went over all the runs (the loadgen tails above are in these).
+python3 scripts/step_trace_summary.py /tmp/tandem-serve.trace*
 rm -f "$m"

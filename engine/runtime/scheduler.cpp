@@ -329,6 +329,8 @@ void scheduler::plan_pass(batch& b, std::vector<slot*>& rows, std::vector<std::p
 }
 
 bool scheduler::step() {
+  step_record tr;
+  if (trace_.on()) tr.start = clock_type::now();
   admit();
   // A sink answering false to "" (its client gone) cancels before the pass, not after it.
   for (auto& s : slots_)
@@ -343,7 +345,9 @@ bool scheduler::step() {
   // n_vocab wide is copied (a prefill-only pass, with no rows, goes this way too). One sampled
   // row: all rows come to the host.
   const bool argmax = std::all_of(rows.begin(), rows.end(), [](const slot* s) { return s->out->greedy(); });
+  if (trace_.on()) tr.planned = clock_type::now();
   const status st = argmax ? be_.forward_argmax(b, cache_, ids_) : be_.forward(b, cache_, logits_);
+  if (trace_.on()) tr.forward = clock_type::now();
   {
     std::lock_guard lk(mu_);
     ++counts_.steps;
@@ -365,6 +369,13 @@ bool scheduler::step() {
     if (s.decoding()) s.cached.push_back(s.next);
     after_token(s, argmax ? s.out->next_token(ids_[r])
                           : s.out->next(std::span<const float>(logits_).subspan(r * V, V)));
+  }
+  if (trace_.on()) {
+    tr.end = clock_type::now();
+    tr.n_rows = uint32_t(rows.size());
+    for (auto& [s, n] : fed) tr.n_prefill += uint32_t(n);
+    tr.n_decode = uint32_t(b.size()) - tr.n_prefill;
+    trace_.add(tr);
   }
   return true;
 }

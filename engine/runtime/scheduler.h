@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "core/result.h"
 #include "runtime/generator.h"
+#include "runtime/step_trace.h"
 
 namespace tandem {
 
@@ -100,6 +101,7 @@ class scheduler {
   std::vector<float> logits_;  // a pass's rows when one of them is sampled
   std::vector<int32_t> ids_;   // the backend's argmax of each row when all are greedy
   uint64_t clock_ = 0;  // steps, for least-recently-used slot choice
+  step_trace trace_;    // TANDEM_SCHEDULER_TRACE: a line per pass
   std::thread thread_;
 };
 
