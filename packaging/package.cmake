@@ -10,8 +10,9 @@ set(TANDEM_CONFIG_DIR "/etc/tandem" CACHE PATH "Directory of tandemd.toml")
 option(TANDEM_DEB_SHLIBDEPS "Compute the package's library dependencies with dpkg-shlibdeps" ON)
 
 set(_pkg ${CMAKE_CURRENT_LIST_DIR})
-install(FILES ${_pkg}/tandemd.service ${_pkg}/tandemd.socket ${_pkg}/tandem-http.service
+install(FILES ${_pkg}/tandemd.service ${_pkg}/tandemd.socket ${_pkg}/tandem-http.service ${_pkg}/tandem-http.socket
         DESTINATION ${TANDEM_SYSTEMD_UNIT_DIR})
+install(FILES ${_pkg}/tandem-http-socket-only.conf DESTINATION share/doc/tandem/examples)
 install(FILES ${_pkg}/tandem.sysusers.conf DESTINATION ${TANDEM_SYSUSERS_DIR} RENAME tandem.conf)
 install(FILES ${_pkg}/tandem.tmpfiles.conf DESTINATION ${TANDEM_TMPFILES_DIR} RENAME tandem.conf)
 install(FILES ${_pkg}/tandemd.toml DESTINATION ${TANDEM_CONFIG_DIR})

@@ -13,6 +13,7 @@
 #include "http_context.h"
 #include "options.h"
 #include "server.h"
+#include "socket_activation.h"
 
 namespace {
 
@@ -24,12 +25,21 @@ int serve(const tandem::http::http_options& opt) {
   namespace asio = boost::asio;
   asio::io_context io(1);
   logger log(opt.level);
+  const auto activation = take_activated_sockets();
+  if (!activation.error.empty()) {
+    log.log(log_level::error, "socket activation: ", activation.error);
+    return exit_failure;
+  }
+  // The socket unit says where to listen; a --listen too (say, left in tandem-http.env) loses,
+  // so that enabling tandem-http.socket needs no edit of the service's arguments.
+  if (!activation.sockets.empty() && opt.listen_given)
+    log.log(log_level::info, "--listen ", opt.listen.describe(), " ignored: serving on the socket(s) passed by systemd");
   connection_manager connections;
   daemon_link link(io, opt.socket, log);
   http_metrics metrics;
   http_context ctx{io, opt, link, log, connections, metrics, static_cast<std::int64_t>(std::time(nullptr))};
   server srv(ctx);
-  if (auto why = srv.listen(); !why.empty()) {
+  if (auto why = srv.listen(activation.sockets); !why.empty()) {
     log.log(log_level::error, why);
     return exit_failure;
   }

@@ -75,6 +75,7 @@ parse_outcome parse_options(int argc, const char* const* argv) {
   auto addr = parse_listen(listen, why);
   if (!addr) return usage_error("--listen " + listen + ": " + why);
   opt.listen = *addr;
+  opt.listen_given = app.count("--listen") > 0;
   if (opt.socket.empty() || opt.socket.size() >= 108)
     return usage_error("--socket: the path is empty or longer than 107 bytes");
   if (!parse_log_level(level, opt.level)) return usage_error("--log-level: '" + level + "' is not error, warning, info or debug");

@@ -17,6 +17,7 @@ inline constexpr int exit_usage = 2;    // a bad command line or token file
 
 struct http_options {
   listen_address listen;
+  bool listen_given = false;  // --listen was on the command line (socket activation overrides it)
   std::string socket;      // tandemd's socket
   std::string token;       // empty: no bearer token required
   std::uint64_t max_body = 1u << 20;

@@ -2,6 +2,7 @@
 #include "server.h"
 
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -18,33 +19,47 @@ namespace tandem::http {
 
 namespace asio = boost::asio;
 
-server::server(http_context& ctx) : ctx_(ctx), acceptor_(ctx.io), stop_timer_(ctx.io), poll_timer_(ctx.io) {}
+server::server(http_context& ctx) : ctx_(ctx), stop_timer_(ctx.io), poll_timer_(ctx.io) {}
 
-std::string server::listen() {
-  if (auto why = open_acceptor(acceptor_, ctx_.options.listen); !why.empty()) return why;
-  listen_address bound = ctx_.options.listen;
-  if (bound.type == listen_address::kind::tcp) {
-    // Port 0 picks a free port: say which (tests read it from this line). sin_port and
-    // sin6_port sit at the same offset, so this reads IPv4 and IPv6 alike.
+std::string server::listen(const std::vector<inherited_socket>& inherited) {
+  for (const auto& s : inherited) {
+    auto l = std::make_unique<listener>(ctx_.io, s.address, true);
     boost::system::error_code ec;
-    const auto ep = acceptor_.local_endpoint(ec);
-    if (!ec && ep.size() >= sizeof(sockaddr_in)) bound.port = ntohs(reinterpret_cast<const sockaddr_in*>(ep.data())->sin_port);
+    l->sock.assign(asio::generic::stream_protocol(s.family, s.family == AF_UNIX ? 0 : IPPROTO_TCP), s.fd, ec);
+    if (ec) return "cannot use the socket passed for " + s.address.describe() + ": " + ec.message();
+    listeners_.push_back(std::move(l));
   }
-  ctx_.log.log(log_level::info, "serving HTTP on ", bound.describe(), " for tandemd at ",
-               ctx_.options.socket, ctx_.options.token.empty() ? " (no token required)" : " (bearer token required)");
-  accept_next();
+  if (inherited.empty()) {
+    auto l = std::make_unique<listener>(ctx_.io, ctx_.options.listen, false);
+    if (auto why = open_acceptor(l->sock, l->address); !why.empty()) return why;
+    if (l->address.type == listen_address::kind::tcp) {
+      // Port 0 picks a free port: say which (tests read it from this line). sin_port and
+      // sin6_port sit at the same offset, so this reads IPv4 and IPv6 alike.
+      boost::system::error_code ec;
+      const auto ep = l->sock.local_endpoint(ec);
+      if (!ec && ep.size() >= sizeof(sockaddr_in))
+        l->address.port = ntohs(reinterpret_cast<const sockaddr_in*>(ep.data())->sin_port);
+    }
+    listeners_.push_back(std::move(l));
+  }
+  for (auto& l : listeners_) {
+    ctx_.log.log(log_level::info, "serving HTTP on ", l->address.describe(), l->inherited ? " (passed by systemd)" : "",
+                 " for tandemd at ", ctx_.options.socket,
+                 ctx_.options.token.empty() ? " (no token required)" : " (bearer token required)");
+    accept_next(*l);
+  }
   return {};
 }
 
-void server::accept_next() {
-  acceptor_.async_accept([this](const boost::system::error_code& ec, asio::generic::stream_protocol::socket s) {
+void server::accept_next(listener& l) {
+  l.sock.async_accept([this, &l](const boost::system::error_code& ec, asio::generic::stream_protocol::socket s) {
     if (stopping_) return;
     if (ec) {
       // EMFILE and the like: pause instead of spinning on an error that repeats at once.
-      ctx_.log.log(log_level::warning, "accept: ", ec.message());
-      poll_timer_.expires_after(std::chrono::milliseconds(100));
-      poll_timer_.async_wait([this](const boost::system::error_code& tec) {
-        if (!tec && !stopping_) accept_next();
+      ctx_.log.log(log_level::warning, "accept on ", l.address.describe(), ": ", ec.message());
+      l.retry.expires_after(std::chrono::milliseconds(100));
+      l.retry.async_wait([this, &l](const boost::system::error_code& tec) {
+        if (!tec && !stopping_) accept_next(l);
       });
       return;
     }
@@ -52,13 +67,13 @@ void server::accept_next() {
       ctx_.metrics.connection_refused();
       refuse_busy(std::move(s));
     } else {
-      if (ctx_.options.listen.type == listen_address::kind::tcp) {
+      if (l.address.type == listen_address::kind::tcp) {
         boost::system::error_code ignored;  // events go out as they come, not after Nagle's delay
         s.set_option(asio::ip::tcp::no_delay(true), ignored);
       }
       std::make_shared<connection>(std::move(s), ctx_)->start();
     }
-    accept_next();
+    accept_next(l);
   });
 }
 
@@ -117,10 +132,12 @@ void server::stop(double grace_seconds, std::function<void()> done) {
   if (stopping_) return;
   stopping_ = true;
   done_ = std::move(done);
-  boost::system::error_code ignored;
-  acceptor_.close(ignored);
-  poll_timer_.cancel();
-  if (ctx_.options.listen.type == listen_address::kind::unix_path) ::unlink(ctx_.options.listen.path.c_str());
+  for (auto& l : listeners_) {
+    boost::system::error_code ignored;
+    l->sock.close(ignored);
+    l->retry.cancel();
+    if (!l->inherited && l->address.type == listen_address::kind::unix_path) ::unlink(l->address.path.c_str());
+  }
   ctx_.connections.stop_all();
   stop_timer_.expires_after(std::chrono::milliseconds(static_cast<long>(grace_seconds * 1000)));
   stop_timer_.async_wait([this](const boost::system::error_code& ec) {

@@ -2,12 +2,14 @@
 """tandem-http against a real tandemd serving the default model (SmolLM2-135M-Instruct) on the CPU:
 curl and urllib, the real `openai` package from PyPI (installed into a venv under the build
 directory), the bearer token, bad input of every kind (each a clear OpenAI-style error, the server
-serving on), and a client that goes away mid-generation (its sequence is cancelled on tandemd).
+serving on), a client that goes away mid-generation (its sequence is cancelled on tandemd), and
+socket activation (started as systemd starts it, with listening sockets passed as fds 3, 4, ...).
 
 usage: http_test.py --tandemd PATH --tandem-http PATH --venv DIR [TEST ...]
 Exit status: 0 pass, 1 failure, 77 skipped (no model, or no network to install `openai`).
 """
-import argparse, http.client, json, os, re, shutil, socket, subprocess, sys, tempfile, time, traceback
+import argparse, fcntl, http.client, json, os, re, shutil, signal, socket, subprocess, sys, tempfile, time
+import traceback
 import urllib.error, urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,14 +59,65 @@ def openai_python():
     return py
 
 
-class Front:
-    """A tandem-http process; its port is read from its first log line (it listens on port 0)."""
+class Activated:
+    """A process started as systemd starts a socket-activated service: the listening sockets
+    `socks` become fds 3, 4, ..., LISTEN_FDS counts them and LISTEN_PID is the process's own pid
+    (set between fork and exec), unless `listen_pid` names another. The subset of Popen that
+    Front uses."""
 
-    def __init__(self, sock, extra=(), listen="127.0.0.1:0"):
+    def __init__(self, argv, socks, out, listen_pid=None):
+        self.returncode = None
+        self.pid = os.fork()
+        if self.pid != 0:
+            return
+        try:  # the child: nothing here may return into the test
+            os.dup2(out.fileno(), 1)
+            os.dup2(out.fileno(), 2)
+            # Above the target range first, so that no dup2 overwrites a socket still to be moved.
+            high = [fcntl.fcntl(s.fileno(), fcntl.F_DUPFD, 100) for s in socks]
+            for i, fd in enumerate(high):
+                os.dup2(fd, 3 + i)  # inheritable: survives the exec
+            env = dict(os.environ, LISTEN_FDS=str(len(socks)), LISTEN_FDNAMES=":".join(["http"] * len(socks)),
+                       LISTEN_PID=str(listen_pid or os.getpid()))
+            os.execve(argv[0], argv, env)
+        except BaseException:  # noqa: BLE001  said in the log, then the child ends
+            traceback.print_exc()
+        finally:
+            os._exit(127)
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def terminate(self):
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGTERM)
+
+    def wait(self, timeout):
+        deadline = time.time() + timeout
+        while self.poll() is None:
+            if time.time() > deadline:
+                raise subprocess.TimeoutExpired("tandem-http", timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+
+class Front:
+    """A tandem-http process; its port is read from its first log line (it listens on port 0).
+    With `passed` (listening sockets) it is started socket-activated on them, through `wrapper`
+    (a command that execs the rest) if given."""
+
+    def __init__(self, sock, extra=(), listen="127.0.0.1:0", passed=None, listen_pid=None, wrapper=()):
         self.log_path = os.path.join(e2e.TMP, "tandem-http-%d.log" % time.monotonic_ns())
         self.log = open(self.log_path, "wb")
-        self.p = subprocess.Popen([ARGS.tandem_http, "--socket", sock, "--listen", listen] + list(extra),
-                                  stdout=self.log, stderr=self.log)
+        argv = list(wrapper) + [ARGS.tandem_http, "--socket", sock] + (["--listen", listen] if listen else []) + list(extra)
+        if passed is None:
+            self.p = subprocess.Popen(argv, stdout=self.log, stderr=self.log)
+        else:
+            self.p = Activated(argv, passed, self.log, listen_pid)
         deadline = time.time() + 10
         self.port = None
         while time.time() < deadline:
@@ -75,6 +128,9 @@ class Front:
             e2e.check(self.p.poll() is None, "tandem-http exited: %s" % open(self.log_path).read())
             time.sleep(0.02)
         raise AssertionError("tandem-http did not start")
+
+    def log_text(self):
+        return open(self.log_path).read()
 
     def url(self, path):
         return "http://127.0.0.1:%d%s" % (self.port, path)
@@ -467,6 +523,116 @@ def test_unix_listen_and_connection_limit(d, f):
     finally:
         e2e.check(g.stop() == 0, "tandem-http exit status")
     e2e.check(not os.path.exists(path), "the Unix socket is removed at stop")
+
+
+def listening_sockets(unix_path):
+    """A TCP listener on a free loopback port and a Unix one at `unix_path`, as a socket unit makes."""
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(16)
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(unix_path)
+    unix.listen(16)
+    return tcp, unix
+
+
+def unix_http(path, data):
+    """Raw HTTP over a Unix socket; what came back until the server closed."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.connect(path)
+    s.sendall(data)
+    out = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        out += b
+    s.close()
+    return out
+
+
+def test_socket_activation(d, f):
+    """Started as tandem-http.socket starts it: serves on the passed TCP and Unix sockets (an
+    explicit --listen loses; here it names a port in use, so binding it would fail), leaves the
+    Unix socket file to its owner, and a second start on the same sockets serves again (what a
+    restart under systemd is)."""
+    path = os.path.join(e2e.TMP, "activated-http.sock")
+    tcp, unix = listening_sockets(path)
+    tcp_port = tcp.getsockname()[1]
+    try:
+        for start in range(2):
+            g = Front(d.sock, listen="127.0.0.1:%d" % f.port, passed=[tcp, unix])
+            try:
+                log = g.log_text()
+                e2e.check(g.port == tcp_port, "not the passed port: %s" % log)
+                e2e.check("ignored: serving on the socket(s) passed by systemd" in log and
+                          "serving HTTP on unix:%s (passed by systemd)" % path in log, "log: %s" % log)
+                st, r = request(g, "/v1/chat/completions", CHAT, token=None)
+                e2e.check(st == 200 and "Paris" in r["choices"][0]["message"]["content"], "start %d chat: %r" % (start, r))
+                body = json.dumps(dict(CHAT, stream=True)).encode()
+                out = unix_http(path, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+                e2e.check(out.startswith(b"HTTP/1.1 200") and b"Paris" in out and b"data: [DONE]" in out,
+                          "start %d stream over the passed Unix socket: %r" % (start, out[:300]))
+            finally:
+                e2e.check(g.stop() == 0, "tandem-http exit status")
+            e2e.check(os.path.exists(path), "the passed Unix socket was removed by tandem-http")
+    finally:
+        tcp.close()
+        unix.close()
+
+
+def test_socket_activation_private_network(d, f):
+    """What the socket-only drop-in (PrivateNetwork=yes) relies on: in a network namespace of its
+    own, tandem-http still accepts on a TCP socket bound in the host's namespace and reaches
+    tandemd through its socket file. unshare -n execs in place, so LISTEN_PID is tandem-http's."""
+    unshare = shutil.which("unshare")
+    if not unshare or subprocess.run([unshare, "-n", "true"], capture_output=True).returncode != 0:
+        print("    skipped: cannot make a network namespace here (unshare -n)")
+        return
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(16)
+    try:
+        g = Front(d.sock, listen=None, passed=[tcp], wrapper=[unshare, "-n"])
+        try:
+            e2e.check(g.port == tcp.getsockname()[1], "not the passed port: %s" % g.log_text())
+            st, r = request(g, "/v1/chat/completions", CHAT, token=None)
+            e2e.check(st == 200 and "Paris" in r["choices"][0]["message"]["content"], "private network: %r" % r)
+        finally:
+            e2e.check(g.stop() == 0, "tandem-http exit status")
+    finally:
+        tcp.close()
+
+
+def test_socket_activation_not_ours_or_unusable(d, f):
+    # LISTEN_PID names another process (inherited from an activated parent): bind --listen.
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(4)
+    try:
+        g = Front(d.sock, passed=[tcp], listen_pid=1)
+        try:
+            e2e.check(g.port != tcp.getsockname()[1] and "passed by systemd" not in g.log_text(), g.log_text())
+            still_serving_open(g)
+        finally:
+            e2e.check(g.stop() == 0, "tandem-http exit status")
+    finally:
+        tcp.close()
+    # A socket that is not listening (Accept=yes would pass one): exit 1, saying why.
+    bound = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    bound.bind(("127.0.0.1", 0))
+    log_path = os.path.join(e2e.TMP, "tandem-http-bad-activation.log")
+    try:
+        with open(log_path, "wb") as log:
+            p = Activated([ARGS.tandem_http, "--socket", d.sock], [bound], log)
+            rc = p.wait(timeout=20)
+        text = open(log_path).read()
+        e2e.check(rc == 1 and "socket activation: fd 3 passed by socket activation is not a listening stream socket"
+                  in text, "not listening: rc %s, %s" % (rc, text))
+    finally:
+        bound.close()
 
 
 def test_daemon_unreachable(d, f):

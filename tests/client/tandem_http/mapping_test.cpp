@@ -306,5 +306,16 @@ TEST(HttpOptions, ExitStatusesAndToken) {
   std::remove(path.c_str());
 }
 
+// Socket activation overrides --listen; the server says so only when --listen was given.
+TEST(HttpOptions, RemembersWhetherListenWasGiven) {
+  const char* plain[] = {"tandem-http"};
+  auto o = parse_options(1, plain);
+  EXPECT_FALSE(o.options.listen_given);
+  EXPECT_EQ(o.options.listen.describe(), "127.0.0.1:8080");
+  const char* given[] = {"tandem-http", "--listen", "127.0.0.1:8080"};
+  o = parse_options(3, given);
+  EXPECT_TRUE(o.options.listen_given);
+}
+
 }  // namespace
 }  // namespace tandem::http
