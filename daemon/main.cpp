@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   parse_log_level(cfg.log_level, lvl);
   set_log_level(lvl);
   if (!cfg.config_file.empty()) log(log_level::info, "configuration from ", cfg.config_file);
+  for (const auto& note : cfg.notes) log(log_level::notice, note);
   int devices = 0;
 #ifdef TANDEM_HAVE_CUDA_BACKEND
   if (cfg.gpu == k_gpu_auto && cfg.gpus.empty()) devices = tandem::cuda_backend_device_count();
@@ -35,9 +36,6 @@ int main(int argc, char** argv) {
   eo.gpus = cfg.gpus;
   eo.ratios = cfg.ratios;
   eo.split = cfg.split;
-  eo.model_split = cfg.model_split;
-  eo.model_gpus = cfg.model_gpus;
-  eo.model_ratios = cfg.model_ratios;
   eo.threads = cfg.threads;
   eo.context = cfg.context;
   eo.parallel = cfg.parallel;

@@ -47,7 +47,7 @@ void show_ps(const models_reply& r) {
   for (const auto& m : r.models) any_state = any_state || m.state_bytes.value_or(0) > 0;
   std::vector<std::string> head = {"NAME", "STATE", "ARCH", "BACKEND", "DEVICE", "FILE", "CACHE"};
   if (any_state) head.push_back("RECURRENT");
-  for (const char* h : {"CONTEXT", "QUEUED", "SEQUENCES", "KEEP-ALIVE"}) head.push_back(h);
+  for (const char* h : {"CONTEXT", "KV", "QUEUED", "SEQUENCES", "KEEP-ALIVE"}) head.push_back(h);
   std::vector<std::vector<std::string>> rows = {head};
   for (const auto& m : r.models) {
     if (m.state == "unloaded") continue;
@@ -59,7 +59,7 @@ void show_ps(const models_reply& r) {
     // Sequences decoding or prefilling out of the model's slots ("2/4").
     const std::string seqs =
         resident && m.sequences ? std::to_string(m.sequences->running) + "/" + text(m.parallel) : "-";
-    for (const std::string& c : {text(m.n_ctx), std::to_string(m.queued), seqs, keep_alive_text(m)})
+    for (const std::string& c : {text(m.n_ctx), text(m.kv_type), std::to_string(m.queued), seqs, keep_alive_text(m)})
       row.push_back(c);
     rows.push_back(std::move(row));
   }
@@ -104,9 +104,11 @@ void show_status(const status_reply& r) {
 }
 
 void show_loaded(const char* verb, const loaded_reply& r) {
-  std::printf("%s '%s': %s on %s, %s file, %s cache, %llu tokens of context\n", verb, r.name.c_str(), r.arch.c_str(),
-              r.backend.c_str(), human_bytes(r.file_bytes).c_str(), human_bytes(r.cache_bytes).c_str(),
-              static_cast<unsigned long long>(r.n_ctx));
+  const std::string where = r.backend + (r.device && *r.device != r.backend ? " (" + *r.device + ")" : "");
+  const std::string kv = r.kv_type ? " " + *r.kv_type : "";
+  std::printf("%s '%s': %s on %s, %s file, %s%s cache, %llu tokens of context\n", verb, r.name.c_str(),
+              r.arch.c_str(), where.c_str(), human_bytes(r.file_bytes).c_str(), human_bytes(r.cache_bytes).c_str(),
+              kv.c_str(), static_cast<unsigned long long>(r.n_ctx));
 }
 
 // The daemon resolves paths in its own working directory; a path typed here means ours.
@@ -119,7 +121,7 @@ std::string absolute_path(const std::string& p) {
 struct admin_options {
   std::string name;
   std::string path;
-  std::optional<double> keep_alive;
+  model_settings settings;        // load, swap
   std::vector<std::string> args;  // tokenize: [MODEL] TEXT
   std::string model;
   bool no_special = false;
@@ -149,6 +151,21 @@ int run_tokenize(const global_options& g, const admin_options& o) {
       });
 }
 
+// The model settings of load and swap; what is not given comes from the daemon's configuration.
+void add_settings_options(CLI::App* cmd, model_settings& s) {
+  cmd->add_option("--context", s.context, "KV cache tokens per sequence (capped by the model's own)")
+      ->check(CLI::Range(16u, 1u << 24));
+  cmd->add_option("--kv,--kv-type", s.kv_type, "KV cache element type: f16, q8_0 (half the memory) or f32")
+      ->check(CLI::IsMember({"f16", "q8_0", "f32"}));
+  cmd->add_option("--gpus", s.gpus, "CUDA devices to split the model over, e.g. 0,1 or 0=16GiB,1=32GiB (one id: "
+                                    "that GPU alone)");
+  cmd->add_option("--split", s.split, "With --gpus: layer or tensor")->check(CLI::IsMember({"layer", "tensor"}));
+  cmd->add_option("--ratios", s.ratios, "With --gpus: each device's share, e.g. 1,1.75");
+  cmd->add_option("--parallel", s.parallel, "Sequences decoded together")->check(CLI::Range(1u, 256u));
+  cmd->add_option("--keep-alive", s.keep_alive_s, "Idle seconds before it is unloaded (0: never)")
+      ->check(CLI::Range(0.0, 1e9));
+}
+
 // A command that is one request without arguments (`ps` asks for `models`, shown differently).
 template <class Reply>
 void add_simple(CLI::App& app, const global_options& g, action& act, const char* name, const char* help,
@@ -173,12 +190,11 @@ void add_admin_commands(CLI::App& app, const global_options& g, action& act) {
   auto* load = app.add_subcommand("load", "Load a GGUF file under a new alias");
   load->add_option("name", o->name, "Alias to create")->required();
   load->add_option("path", o->path, "GGUF file (relative paths are taken from here)")->required();
-  load->add_option("--keep-alive", o->keep_alive, "Idle seconds before it is unloaded (0: never)")
-      ->check(CLI::Range(0.0, 1e9));
+  add_settings_options(load, o->settings);
   load->callback([&g, &act, o] {
     act = [&g, o] {
       if (int rc = check_name(o->name)) return rc;
-      const load_request req{o->name, absolute_path(o->path), o->keep_alive};
+      const load_request req{o->name, absolute_path(o->path), o->settings};
       return one_call<loaded_reply>(
           g, [&req](connection& c) { return c.load(req); },
           [](const loaded_reply& r) { show_loaded("loaded", r); }, "loading " + o->name);
@@ -188,10 +204,11 @@ void add_admin_commands(CLI::App& app, const global_options& g, action& act) {
   auto* swap = app.add_subcommand("swap", "Point an alias at another GGUF file without dropping requests");
   swap->add_option("name", o->name, "Alias to repoint")->required();
   swap->add_option("path", o->path, "The new GGUF file")->required();
+  add_settings_options(swap, o->settings);
   swap->callback([&g, &act, o] {
     act = [&g, o] {
       if (int rc = check_name(o->name)) return rc;
-      const swap_request req{o->name, absolute_path(o->path)};
+      const swap_request req{o->name, absolute_path(o->path), o->settings};
       return one_call<loaded_reply>(
           g, [&req](connection& c) { return c.swap(req); },
           [](const loaded_reply& r) { show_loaded("swapped", r); }, "loading " + o->path);

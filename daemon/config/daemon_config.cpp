@@ -11,8 +11,10 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
+#include "config/model_table.h"
 #include "log.h"
 #include "protocol/request.h"
 
@@ -62,10 +64,12 @@ struct raw_options {
   std::vector<std::string> model_gpus, model_ratios, model_split;  // NAME=VALUE
   std::string memory_budget = "0";
   std::string gpu = "auto";
+  std::shared_ptr<model_tables_read> tables = std::make_shared<model_tables_read>();
 };
 
 void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
   app.set_config("--config", default_config_path, "Config file (TOML); keys are the long option names");
+  app.config_formatter(std::make_shared<model_table_config>(raw.tables));
   // A misspelt key would otherwise be dropped silently and the daemon run with a default.
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.add_option("--socket", c.socket_path, "Unix socket path")->capture_default_str();
@@ -75,7 +79,7 @@ void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
   app.add_option("--allow-group", c.allow_groups, "Groups (names or gids) allowed besides the socket group");
   app.add_option("--model", raw.models, "Preload NAME=FILE.gguf; the first is the default alias");
   app.add_option("--keep-alive", c.keep_alive, "Idle seconds before a model is unloaded (0: never)")
-      ->check(CLI::Range(0.0, 1e9))->capture_default_str();
+      ->check(CLI::Range(0.0, proto::max_keep_alive_s))->capture_default_str();
   app.add_option("--memory-budget", raw.memory_budget,
                  "Bytes all resident models may hold together, e.g. 8GiB; idle models are evicted "
                  "least recently used first (0: unlimited)")
@@ -114,15 +118,15 @@ void define_options(CLI::App& app, daemon_config& c, raw_options& raw) {
                                      "by KV heads and FFN columns, partial sums exchanged)")
       ->check(CLI::IsMember({"layer", "tensor"}))->capture_default_str();
   app.add_option("--model-gpus", raw.model_gpus,
-                 "Per model: NAME=LIST, that alias's devices instead of --gpus (e.g. big=0=16GiB,1=32GiB)");
-  app.add_option("--model-ratios", raw.model_ratios, "Per model: NAME=R, that alias's ratios (e.g. big=1,1.75)");
-  app.add_option("--model-split", raw.model_split, "Per model: NAME=layer|tensor, that alias's split (e.g. big=tensor)");
+                 "Deprecated ([model.NAME] gpus): NAME=LIST, that alias's devices instead of --gpus");
+  app.add_option("--model-ratios", raw.model_ratios, "Deprecated ([model.NAME] ratios): NAME=R, that alias's ratios");
+  app.add_option("--model-split", raw.model_split, "Deprecated ([model.NAME] split): NAME=layer|tensor, that alias's split");
   app.add_option("--threads", c.threads, "CPU backend threads per model (0: all cores)")->capture_default_str();
   app.add_option("--context", c.context, "KV cache tokens per sequence (capped by the model's own)")
-      ->check(CLI::Range(16u, 1u << 24))->capture_default_str();
+      ->check(CLI::Range(proto::min_context, proto::max_context))->capture_default_str();
   app.add_option("--parallel", c.parallel,
                  "Sequences per model decoded together; the KV cache holds context tokens for each")
-      ->check(CLI::Range(1u, 256u))->capture_default_str();
+      ->check(CLI::Range(1u, proto::max_parallel))->capture_default_str();
   app.add_option("--kv-tokens", c.kv_tokens,
                  "KV cache tokens per model shared by its sequences (0: context x parallel, so each can "
                  "reach its context); a sequence that finds the pool full ends with an error")
@@ -153,6 +157,62 @@ parse_outcome usage_error(std::string msg) {
   return out;
 }
 
+// The deprecated model-gpus / model-ratios / model-split lists, NAME=VALUE each (VALUE may hold
+// '=' itself, device caps: split at the first), folded into per-alias settings.
+std::optional<std::string> fold_per_alias_keys(const raw_options& raw, daemon_config& c) {
+  using field = std::optional<std::string> proto::model_settings::*;
+  const std::tuple<const std::vector<std::string>&, const char*, field> keys[] = {
+      {raw.model_gpus, "model-gpus", &proto::model_settings::gpus},
+      {raw.model_ratios, "model-ratios", &proto::model_settings::ratios},
+      {raw.model_split, "model-split", &proto::model_settings::split}};
+  for (const auto& [items, key, member] : keys) {
+    const std::string k = std::string("--") + key;
+    for (const auto& item : items) {
+      const auto eq = item.find('=');
+      if (eq == std::string::npos || eq + 1 == item.size()) return k + " '" + item + "': expected NAME=VALUE";
+      const std::string name = item.substr(0, eq);
+      if (!proto::valid_model_name(name)) return k + " '" + item + "': NAME must be 1-64 of [A-Za-z0-9._:-]";
+      auto& slot = c.model_tables[name].*member;
+      if (slot) return k + ": alias '" + name + "' given twice";
+      slot = item.substr(eq + 1);
+    }
+    if (!items.empty())
+      c.notes.push_back(std::string(key) + " is deprecated: give the setting in a [model.NAME] table (tandemd.conf(5))");
+  }
+  for (const auto& [name, s] : c.model_tables) {
+    if (s.split && !proto::valid_split(*s.split))
+      return "--model-split '" + name + "=" + *s.split + "': the split is layer or tensor";
+    if (auto e = check_device_fields(s)) return "--model-" + *e;
+  }
+  return std::nullopt;
+}
+
+// The [model.NAME] tables over what fold_per_alias_keys left: a table with a path adds a model to
+// preload (after the `model` list, in file order), unless --model names the alias (the flag wins).
+std::optional<std::string> apply_model_tables(const model_tables_read& read, const std::string& file,
+                                              daemon_config& c) {
+  const auto where = [&file](const model_table& t) { return file + ":" + std::to_string(t.line) + ": "; };
+  if (!read.error.empty()) return file + ":" + std::to_string(read.error_line) + ": " + read.error;
+  for (const auto& t : read.tables) {
+    const bool preloaded = std::any_of(c.models.begin(), c.models.end(), [&](auto& m) { return m.alias == t.name; });
+    const bool listed = std::find(read.listed.begin(), read.listed.end(), t.name) != read.listed.end();
+    if (t.path && preloaded && listed)
+      return where(t) + "[model." + t.name + "]: path: the model key names '" + t.name + "' too; give its file once";
+    if (t.path && !preloaded) c.models.push_back({t.name, *t.path});
+    if (!t.path && !preloaded)
+      c.notes.push_back("[model." + t.name + "] has no path: its settings apply when a load names '" + t.name + "'");
+    auto& s = c.model_tables[t.name];
+    for (auto [member, key] : {std::pair{&proto::model_settings::gpus, "gpus"},
+                               std::pair{&proto::model_settings::ratios, "ratios"},
+                               std::pair{&proto::model_settings::split, "split"}})
+      if (s.*member && t.settings.*member)
+        return where(t) + "[model." + t.name + "]: " + key + " is also given by model-" + key +
+               " for this alias; keep the table's and drop the deprecated key";
+    s = s.overridden_by(t.settings);
+  }
+  return std::nullopt;
+}
+
 parse_outcome finish(CLI::App& app, daemon_config c, const raw_options& raw) {
   parse_outcome out;
   for (const auto& m : raw.models) {
@@ -162,27 +222,17 @@ parse_outcome finish(CLI::App& app, daemon_config c, const raw_options& raw) {
       if (prev.alias == spec->alias) return usage_error("--model: alias '" + spec->alias + "' given twice");
     c.models.push_back(*spec);
   }
-  // NAME=VALUE per alias; VALUE may hold '=' itself (device caps), so split at the first.
-  auto per_model = [](const std::vector<std::string>& items, const char* key,
-                      std::map<std::string, std::string>& out) -> std::optional<std::string> {
-    for (const auto& item : items) {
-      const auto eq = item.find('=');
-      if (eq == std::string::npos || eq + 1 == item.size())
-        return std::string(key) + " '" + item + "': expected NAME=VALUE";
-      const std::string name = item.substr(0, eq);
-      if (!proto::valid_model_name(name))
-        return std::string(key) + " '" + item + "': NAME must be 1-64 of [A-Za-z0-9._:-]";
-      if (!out.emplace(name, item.substr(eq + 1)).second)
-        return std::string(key) + ": alias '" + name + "' given twice";
-    }
-    return std::nullopt;
-  };
-  if (auto e = per_model(raw.model_gpus, "--model-gpus", c.model_gpus)) return usage_error(*e);
-  if (auto e = per_model(raw.model_ratios, "--model-ratios", c.model_ratios)) return usage_error(*e);
-  if (auto e = per_model(raw.model_split, "--model-split", c.model_split)) return usage_error(*e);
-  for (const auto& [name, split] : c.model_split)
-    if (split != "layer" && split != "tensor")
-      return usage_error("--model-split '" + name + "=" + split + "': the split is layer or tensor");
+  if (auto e = fold_per_alias_keys(raw, c)) return usage_error(*e);
+  // The file CLI11 read: the one named by --config, else the default path when it exists.
+  if (auto* opt = app.get_config_ptr()) {
+    auto f = opt->as<std::string>();
+    if (std::filesystem::exists(f)) c.config_file = f;
+  }
+  if (auto e = apply_model_tables(*raw.tables, c.config_file, c)) {
+    out = usage_error("");
+    out.output = "tandemd: " + *e + "\n";  // as config_key_error's: the file and line say it all
+    return out;
+  }
   if (raw.gpu == "auto") {
     c.gpu = k_gpu_auto;
   } else {
@@ -195,29 +245,8 @@ parse_outcome finish(CLI::App& app, daemon_config c, const raw_options& raw) {
   auto budget = parse_byte_size(raw.memory_budget, "--memory-budget");
   if (!budget) return usage_error(budget.message());
   c.memory_budget = *budget;
-  // The file CLI11 read: the one named by --config, else the default path when it exists.
-  if (auto* opt = app.get_config_ptr()) {
-    auto f = opt->as<std::string>();
-    if (std::filesystem::exists(f)) c.config_file = f;
-  }
   out.config = std::move(c);
   return out;
-}
-
-// Letters to change to turn a into b (for "did you mean").
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> d(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) d[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = d[0];
-    d[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = d[j];
-      d[j] = std::min({d[j] + 1, d[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return d[b.size()];
 }
 
 // CLI11 says "INI was not able to parse contxt" for a key it does not know: name the file, the
@@ -236,12 +265,9 @@ std::string config_key_error(const CLI::App& app, const std::string& message) {
       break;
     }
   }
-  std::string best;
-  size_t best_d = 3;  // suggest only near misses
-  for (const CLI::Option* o : app.get_options()) {
-    const std::string name = o->get_single_name();
-    if (const size_t dist = edit_distance(key, name); dist < best_d) best = name, best_d = dist;
-  }
+  std::vector<std::string> names;
+  for (const CLI::Option* o : app.get_options()) names.push_back(o->get_single_name());
+  const std::string best = nearest_key(key, names);
   return where + ": unknown key '" + key + "'" + (best.empty() ? "" : "; did you mean '" + best + "'?") +
          " (the keys are tandemd.conf(5)'s)";
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "protocol/model_settings.h"
 
 namespace tandem::daemon {
 
@@ -64,12 +65,15 @@ struct daemon_config {
   std::string gpus;    // several CUDA devices, each model split by layers over them ("0,1", "0=16GiB,1=32GiB")
   std::string ratios;  // with gpus: shares per device in these proportions; empty: the memory plan's
   std::string split = "layer";  // with gpus: layer ranges, or tensor (every layer cut)
-  std::map<std::string, std::string> model_gpus, model_ratios, model_split;  // per alias overrides
+  // Per alias: its [model.NAME] table (and the deprecated model-gpus / model-ratios / model-split
+  // keys, folded in). A table's settings win over the global keys; a load's options over both.
+  std::map<std::string, proto::model_settings> model_tables;
   std::uint32_t threads = 0;
   std::uint32_t context = 4096;  // KV cache tokens per sequence
   std::string chat_format;
   double drain_timeout = 30;
   std::string log_level = "info";
+  std::vector<std::string> notes;  // for the log at startup: deprecated keys, tables without a path
 };
 
 // gpu = auto, resolved against the `devices` CUDA devices present: nothing when gpus is set;

@@ -8,6 +8,7 @@
 #include <variant>
 #include <vector>
 
+#include "protocol/model_settings.h"
 #include "protocol/wire_error.h"
 
 namespace tandem::proto {
@@ -59,7 +60,7 @@ struct models_request {};
 struct load_request {
   std::string name;
   std::string path;
-  std::optional<double> keep_alive_s;
+  model_settings settings;  // over the alias's [model.NAME] table and the global keys
 };
 struct unload_request {
   std::string name;
@@ -67,6 +68,7 @@ struct unload_request {
 struct swap_request {
   std::string name;
   std::string path;
+  model_settings settings;  // the new model's, as for load
 };
 struct status_request {};
 struct metrics_request {};

@@ -165,6 +165,27 @@ std::string path_field(field_reader& r, const request_limits& lim) {
   return p;
 }
 
+// The per-model options of load and swap. Device lists and ratios are checked for syntax by the
+// daemon (their parser is the engine's); everything else here.
+model_settings read_settings(field_reader& r) {
+  model_settings m;
+  auto member = [&r](const char* key, bool (*valid)(std::string_view), const char* expected) {
+    auto v = r.opt_str(key, 64);
+    if (v && !valid(*v)) fail("field '" + std::string(key) + "' = '" + *v + "' must be " + expected);
+    return v;
+  };
+  m.gpus = r.opt_str("gpus", 1024);
+  if (m.gpus && m.gpus->empty()) fail("field 'gpus' must not be empty");
+  m.split = member("split", valid_split, "layer or tensor");
+  m.ratios = r.opt_str("ratios", 1024);
+  if (m.ratios && m.ratios->empty()) fail("field 'ratios' must not be empty");
+  if (auto v = r.opt_uint("context", min_context, max_context)) m.context = static_cast<std::uint32_t>(*v);
+  m.kv_type = member("kv_type", valid_kv_type, "f16, q8_0 or f32");
+  m.keep_alive_s = r.opt_num("keep_alive", 0.0, max_keep_alive_s);
+  if (auto v = r.opt_uint("parallel", 1, max_parallel)) m.parallel = static_cast<std::uint32_t>(*v);
+  return m;
+}
+
 void read_sampling(field_reader& r, sampling_params& s) {
   if (auto v = r.opt_num("temperature", 0.0, 100.0)) s.temperature = static_cast<float>(*v);
   if (auto v = r.opt_uint("top_k", 0, 1u << 20)) s.top_k = static_cast<std::uint32_t>(*v);
@@ -231,7 +252,7 @@ request_body read_body(const std::string& op, field_reader& r, const request_lim
     load_request l;
     l.name = name_field(r, lim);
     l.path = path_field(r, lim);
-    l.keep_alive_s = r.opt_num("keep_alive", 0.0, 365.0 * 24 * 3600);
+    l.settings = read_settings(r);
     return l;
   }
   if (op == "unload") return unload_request{name_field(r, lim)};
@@ -239,6 +260,7 @@ request_body read_body(const std::string& op, field_reader& r, const request_lim
     swap_request s;
     s.name = name_field(r, lim);
     s.path = path_field(r, lim);
+    s.settings = read_settings(r);
     return s;
   }
   if (op == "status") return status_request{};

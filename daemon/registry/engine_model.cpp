@@ -45,7 +45,7 @@ std::string device_name(const engine_options& opt) {
 class engine_model final : public served_model {
  public:
   engine_model(std::string path, const engine_options& opt, std::unique_ptr<serving_session> session)
-      : path_(std::move(path)), device_(device_name(opt)), parallel_(std::max(1u, opt.parallel)),
+      : path_(std::move(path)), device_(device_name(opt)), kv_type_(opt.kv_type), parallel_(std::max(1u, opt.parallel)),
         session_(std::move(session)) {}
 
   // Called by several worker threads at once (slots()): each waits for its own sequence while the
@@ -131,6 +131,7 @@ class engine_model final : public served_model {
     i.arch = desc.arch ? std::string(desc.arch->name) : "";
     i.backend = std::string(session_->backend_name());
     i.device = device_;
+    i.kv_type = kv_type_;
     i.n_vocab = desc.hp.n_vocab;
     i.n_ctx = session_->cache().config().n_ctx;
     i.parallel = parallel_;
@@ -162,6 +163,7 @@ class engine_model final : public served_model {
 
   std::string path_;
   std::string device_;
+  std::string kv_type_;
   unsigned parallel_;
   mutable std::atomic<bool> stale_{false};
   std::unique_ptr<serving_session> session_;
@@ -194,22 +196,23 @@ result<std::unique_ptr<served_model>> load_engine_model(const std::string& path,
   return std::unique_ptr<served_model>(std::make_unique<engine_model>(path, opt, std::move(*session)));
 }
 
-engine_options engine_options::for_alias(const std::string& alias) const {
+engine_options engine_options::with(const proto::model_settings& s) const {
   engine_options o = *this;
-  if (auto it = model_gpus.find(alias); it != model_gpus.end()) {
-    o.gpus = it->second;
-    auto r = model_ratios.find(alias);
-    o.ratios = r != model_ratios.end() ? r->second : std::string();
-  } else if (auto r = model_ratios.find(alias); r != model_ratios.end()) {
-    o.ratios = r->second;
+  if (s.gpus) {
+    o.gpus = *s.gpus;
+    o.ratios.clear();
   }
-  if (auto s = model_split.find(alias); s != model_split.end()) o.split = s->second;
+  if (s.ratios) o.ratios = *s.ratios;
+  if (s.split) o.split = *s.split;
+  if (s.context) o.context = *s.context;
+  if (s.kv_type) o.kv_type = *s.kv_type;
+  if (s.parallel) o.parallel = *s.parallel;
   return o;
 }
 
 model_loader engine_loader(engine_options opt) {
-  return [opt](const std::string& alias, const std::string& path) {
-    return load_engine_model(path, opt.for_alias(alias));
+  return [opt](const std::string&, const std::string& path, const proto::model_settings& s) {
+    return load_engine_model(path, opt.with(s));
   };
 }
 
@@ -218,8 +221,8 @@ result<std::uint64_t> engine_model_bytes(const std::string& path, const engine_o
 }
 
 model_sizer engine_sizer(engine_options opt) {
-  return [opt](const std::string& alias, const std::string& path) {
-    return engine_model_bytes(path, opt.for_alias(alias));
+  return [opt](const std::string&, const std::string& path, const proto::model_settings& s) {
+    return engine_model_bytes(path, opt.with(s));
   };
 }
 

@@ -23,18 +23,15 @@ struct engine_options {
   // checked between passes.
   std::uint32_t prefill_chunk = 256;
   double stall_timeout_s = 300;     // a forward pass longer than this makes the model unhealthy; 0: never
-  // Per alias: its own devices / ratios / split instead of gpus / ratios / split above (an
-  // alias named in model_gpus and not in model_ratios gets the plan's default ratios).
-  std::map<std::string, std::string> model_gpus, model_ratios, model_split;
-
-  // The options an alias is loaded with.
-  engine_options for_alias(const std::string& alias) const;
+  // These options under a model's own settings. Its own gpus without ratios get the plan's
+  // balance: the global ratios are shares of the global device list.
+  engine_options with(const proto::model_settings& s) const;
 };
 
 // Loads `path` and everything needed to serve it. Errors name the step that failed.
 result<std::unique_ptr<served_model>> load_engine_model(const std::string& path, const engine_options& opt);
 
-// A loader bound to fixed options, for the registry.
+// A loader bound to fixed global options, for the registry; each load's settings apply over them.
 model_loader engine_loader(engine_options opt);
 
 // The bytes load_engine_model would hold for `path` with these options: the session's

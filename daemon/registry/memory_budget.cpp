@@ -92,10 +92,11 @@ void model_registry::release(std::vector<std::shared_ptr<model_worker>>& victims
   victims.clear();
 }
 
-std::optional<std::string> model_registry::admit(const std::string& alias, const std::string& path) {
+std::optional<std::string> model_registry::admit(const std::string& alias, const std::string& path,
+                                                 const proto::model_settings& settings) {
   if (opt_.memory_budget == 0) return std::nullopt;
   reap_retired();  // drained leftovers of earlier swaps should not cost an eviction
-  auto need = opt_.sizer ? opt_.sizer(alias, path) : result<std::uint64_t>(std::uint64_t{0});
+  auto need = opt_.sizer ? opt_.sizer(alias, path, settings) : result<std::uint64_t>(std::uint64_t{0});
   if (!need) return need.message();
   std::vector<std::shared_ptr<model_worker>> victims;
   {
@@ -109,22 +110,26 @@ std::optional<std::string> model_registry::admit(const std::string& alias, const
   return std::nullopt;
 }
 
-result<std::unique_ptr<served_model>> model_registry::load_fitting(const std::string& alias, const std::string& path) {
-  if (auto refused = admit(alias, path)) return make_error(*refused);
-  return loader_(alias, path);
+result<std::unique_ptr<served_model>> model_registry::load_fitting(const std::string& alias, const std::string& path,
+                                                                   const proto::model_settings& settings) {
+  if (auto refused = admit(alias, path, settings)) return make_error(*refused);
+  return loader_(alias, path, settings);
 }
 
 model_registry::admin_error model_registry::swap_drain_first(const std::string& alias, const std::string& path,
+                                                             const proto::model_settings& settings,
                                                              std::uint64_t need,
                                                              std::vector<std::shared_ptr<model_worker>> victims,
                                                              model_info& out) {
   std::shared_ptr<model_worker> old;
   std::string old_path;
+  proto::model_settings old_settings;
   {
     std::lock_guard lk(mu_);
     auto& e = entries_.at(alias);
     old = std::move(e.current);
     old_path = e.path;
+    old_settings = e.settings;
     e.draining = old;
     if (old) {
       e.reserved = need > old->bytes() ? need - old->bytes() : 0;
@@ -144,12 +149,9 @@ model_registry::admin_error model_registry::swap_drain_first(const std::string& 
     e.reserved = need;
   }
   old.reset();
-  auto loaded = loader_(alias, path);
+  auto loaded = loader_(alias, path, settings);
   if (loaded || !had_old) {
-    if (loaded) {
-      std::lock_guard lk(mu_);
-      entries_.at(alias).path = path;
-    }
+    if (loaded) adopt_swapped(alias, path, settings);
     auto err = finish_load(alias, std::move(loaded), &out);
     if (!err && had_old) {
       std::lock_guard lk(mu_);
@@ -162,7 +164,7 @@ model_registry::admin_error model_registry::swap_drain_first(const std::string& 
     std::lock_guard lk(mu_);
     entries_.at(alias).reserved = old_bytes;
   }
-  auto back = loader_(alias, old_path);
+  auto back = loader_(alias, old_path, old_settings);
   std::string msg = "swap to " + path + " (drain-first): " + loaded.message();
   if (back) msg += "; the old model was loaded again and serves";
   else msg += "; loading the old model " + old_path + " again failed too: " + back.message();

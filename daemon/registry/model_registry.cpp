@@ -37,8 +37,21 @@ void model_registry::fail_all(std::deque<model_job>& jobs, const wire_error& e) 
   jobs.clear();
 }
 
+void model_registry::set_tables(std::map<std::string, proto::model_settings> tables) {
+  std::lock_guard lk(mu_);
+  opt_.tables = std::move(tables);
+}
+
+proto::model_settings model_registry::settings_for(const std::string& alias,
+                                                   const proto::model_settings& request) const {
+  std::lock_guard lk(mu_);
+  auto it = opt_.tables.find(alias);
+  return it == opt_.tables.end() ? request : it->second.overridden_by(request);
+}
+
 model_registry::admin_error model_registry::load(const std::string& alias, const std::string& path,
-                                                 std::optional<double> keep_alive_s, model_info& out) {
+                                                 const proto::model_settings& request, model_info& out) {
+  const auto settings = settings_for(alias, request);
   {
     std::lock_guard lk(mu_);
     if (closed_) return wire_error{error_code::shutting_down, "tandemd is shutting down"};
@@ -47,15 +60,17 @@ model_registry::admin_error model_registry::load(const std::string& alias, const
       return wire_error{error_code::exists, "model '" + alias + "' is already loaded; use swap to replace it"};
     auto& e = entries_[alias];
     e.path = path;
-    e.keep_alive_s = keep_alive_s.value_or(opt_.keep_alive_s);
+    e.settings = settings;
+    e.keep_alive_s = settings.keep_alive_s.value_or(opt_.keep_alive_s);
     e.admin_busy = true;
     if (default_.empty()) default_ = alias;
   }
-  return finish_load(alias, load_fitting(alias, path), &out);
+  return finish_load(alias, load_fitting(alias, path, settings), &out);
 }
 
 model_registry::admin_error model_registry::swap(const std::string& alias, const std::string& path,
-                                                 model_info& out) {
+                                                 const proto::model_settings& request, model_info& out) {
+  const auto settings = settings_for(alias, request);
   {
     std::lock_guard lk(mu_);
     if (closed_) return wire_error{error_code::shutting_down, "tandemd is shutting down"};
@@ -67,7 +82,7 @@ model_registry::admin_error model_registry::swap(const std::string& alias, const
   }
   // Only swaps that began are reported: an alias that does not exist makes no metrics series.
   const auto began = std::chrono::steady_clock::now();
-  auto err = swap_admitted(alias, path, out);
+  auto err = swap_admitted(alias, path, settings, out);
   if (opt_.on_swap)
     opt_.on_swap(alias, err ? proto::to_string(err->code) : std::string_view("ok"),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
@@ -75,9 +90,9 @@ model_registry::admin_error model_registry::swap(const std::string& alias, const
 }
 
 model_registry::admin_error model_registry::swap_admitted(const std::string& alias, const std::string& path,
-                                                          model_info& out) {
+                                                          const proto::model_settings& settings, model_info& out) {
   if (opt_.memory_budget > 0) {
-    auto need = opt_.sizer ? opt_.sizer(alias, path) : result<std::uint64_t>(std::uint64_t{0});
+    auto need = opt_.sizer ? opt_.sizer(alias, path, settings) : result<std::uint64_t>(std::uint64_t{0});
     if (!need) return finish_load(alias, need.err(), &out);
     std::vector<std::shared_ptr<model_worker>> victims;
     std::optional<std::string> refused;
@@ -91,14 +106,11 @@ model_registry::admin_error model_registry::swap_admitted(const std::string& ali
       else refused = make_room(alias, *need, old_bytes, victims);
     }
     if (refused) return finish_load(alias, make_error("swap to ", path, ": ", *refused), &out);
-    if (!beside) return swap_drain_first(alias, path, *need, std::move(victims), out);
+    if (!beside) return swap_drain_first(alias, path, settings, *need, std::move(victims), out);
   }
   // The old model keeps serving while the new one loads beside it.
-  auto loaded = loader_(alias, path);
-  if (loaded) {
-    std::lock_guard lk(mu_);
-    if (auto it = entries_.find(alias); it != entries_.end()) it->second.path = path;
-  }
+  auto loaded = loader_(alias, path, settings);
+  if (loaded) adopt_swapped(alias, path, settings);
   return finish_load(alias, std::move(loaded), &out);
 }
 
@@ -200,7 +212,19 @@ std::optional<wire_error> model_registry::submit(const std::string& alias_in, mo
 
 void model_registry::start_reload(const std::string& alias, entry& e) {
   e.admin_busy = true;
-  admin_([this, alias, path = e.path] { (void)finish_load(alias, load_fitting(alias, path), nullptr); });
+  admin_([this, alias, path = e.path, settings = e.settings] {
+    (void)finish_load(alias, load_fitting(alias, path, settings), nullptr);
+  });
+}
+
+void model_registry::adopt_swapped(const std::string& alias, const std::string& path,
+                                   const proto::model_settings& settings) {
+  std::lock_guard lk(mu_);
+  auto it = entries_.find(alias);
+  if (it == entries_.end()) return;
+  it->second.path = path;
+  it->second.settings = settings;
+  it->second.keep_alive_s = settings.keep_alive_s.value_or(opt_.keep_alive_s);  // as a load: nothing carried over
 }
 
 result<std::shared_ptr<model_worker>> model_registry::resident(const std::string& alias_in) const {
@@ -324,6 +348,7 @@ nlohmann::json model_registry::describe() const {
       m["backend"] = i.backend;
       m["n_vocab"] = i.n_vocab;
       m["n_ctx"] = i.n_ctx;
+      m["kv_type"] = i.kv_type;
       m["file_bytes"] = i.file_bytes;
       m["cache_bytes"] = i.cache_bytes;
       m["state_bytes"] = i.state_bytes;

@@ -28,6 +28,8 @@ struct registry_options {
   double keep_alive_s = 0;         // idle seconds before unload; 0: keep loaded
   std::uint64_t memory_budget = 0; // bytes of all resident models together; 0: unlimited
   model_sizer sizer;               // a load's bytes before loading; used only with a budget
+  // Per alias: its [model.NAME] table, which a load's own options override (set_tables on SIGHUP).
+  std::map<std::string, proto::model_settings> tables;
   // Told of every swap that began (the alias existed and was not busy) once it ends: outcome
   // "ok" or the error code, and its seconds. Called on the admin thread that ran the swap.
   std::function<void(const std::string& alias, std::string_view outcome, double seconds)> on_swap;
@@ -41,15 +43,18 @@ class model_registry {
   model_registry(model_loader loader, registry_options opt, admin_executor admin);
   ~model_registry();
 
-  // Blocking. On success `out` describes the new model; an error is the reply to send.
+  // Blocking. On success `out` describes the new model; an error is the reply to send. `settings`
+  // (the request's) override the alias's table; the merged settings are kept for its reloads.
   using admin_error = std::optional<proto::wire_error>;
-  admin_error load(const std::string& alias, const std::string& path, std::optional<double> keep_alive_s,
+  admin_error load(const std::string& alias, const std::string& path, const proto::model_settings& settings,
                    model_info& out);
   // Loads beside the old model and repoints the alias; queued jobs move to the new model, the
   // running one finishes on the old. A failed load leaves the old model serving. When the
   // budget cannot hold both, drain-first: requests wait while the old model finishes its running
   // request and is unloaded, then the new one loads (or, if that fails, the old one again).
-  admin_error swap(const std::string& alias, const std::string& path, model_info& out);
+  // The new model gets the table's settings under `settings`, not those of the earlier load.
+  admin_error swap(const std::string& alias, const std::string& path, const proto::model_settings& settings,
+                   model_info& out);
   // Removes the alias; jobs already accepted still run (the old instance drains).
   admin_error unload(const std::string& alias);
 
@@ -74,11 +79,16 @@ class model_registry {
   // of loads in progress.
   std::uint64_t used_bytes() const;
   std::uint64_t memory_budget() const { return opt_.memory_budget; }
+  // Replaces the tables for loads from now on; resident models keep the settings they have.
+  void set_tables(std::map<std::string, proto::model_settings> tables);
+  // The alias's table under `request`: what a load of it now would use.
+  proto::model_settings settings_for(const std::string& alias, const proto::model_settings& request) const;
 
  private:
   enum class state { loading, resident, unloaded };
   struct entry {
     std::string path;
+    proto::model_settings settings;  // table and request merged: what it is (re)loaded with
     double keep_alive_s = 0;
     std::shared_ptr<model_worker> current;
     std::shared_ptr<model_worker> draining;  // drain-first swap: the old model finishing its job
@@ -92,8 +102,11 @@ class model_registry {
   static state state_of(const entry& e);
   std::string resolve(const std::string& alias) const;  // caller holds mu_
   void start_reload(const std::string& alias, entry& e);  // caller holds mu_
+  // A swap's new model loaded: the entry takes its path and settings.
+  void adopt_swapped(const std::string& alias, const std::string& path, const proto::model_settings& settings);
   // swap() once the alias is marked busy: the load beside, or drain-first.
-  admin_error swap_admitted(const std::string& alias, const std::string& path, model_info& out);
+  admin_error swap_admitted(const std::string& alias, const std::string& path, const proto::model_settings& settings,
+                            model_info& out);
   admin_error finish_load(const std::string& alias, result<std::unique_ptr<served_model>> m, model_info* out);
   static void fail_all(std::deque<model_job>& jobs, const proto::wire_error& e);
 
@@ -104,10 +117,13 @@ class model_registry {
                                        std::vector<std::shared_ptr<model_worker>>& victims);
   std::uint64_t used_locked() const;
   // Blocking: predicts the load's bytes, evicts what must go and reserves the budget for `alias`.
-  std::optional<std::string> admit(const std::string& alias, const std::string& path);
+  std::optional<std::string> admit(const std::string& alias, const std::string& path,
+                                   const proto::model_settings& settings);
   // admit, then the loader.
-  result<std::unique_ptr<served_model>> load_fitting(const std::string& alias, const std::string& path);
-  admin_error swap_drain_first(const std::string& alias, const std::string& path, std::uint64_t need,
+  result<std::unique_ptr<served_model>> load_fitting(const std::string& alias, const std::string& path,
+                                                     const proto::model_settings& settings);
+  admin_error swap_drain_first(const std::string& alias, const std::string& path,
+                               const proto::model_settings& settings, std::uint64_t need,
                                std::vector<std::shared_ptr<model_worker>> victims, model_info& out);
   void release(std::vector<std::shared_ptr<model_worker>>& victims);  // blocking: closes and joins
   void reap_retired();  // joins retired instances that have drained (blocking, briefly)

@@ -50,6 +50,7 @@ struct model_info {
   std::string arch;
   std::string backend;
   std::string device;             // where the weights and cache live: "cpu", "cuda:0", ...
+  std::string kv_type;            // KV cache elements: f16, q8_0, f32
   std::uint64_t n_vocab = 0;
   std::uint64_t n_ctx = 0;         // tokens per sequence
   std::uint32_t parallel = 1;      // sequences decoded together
@@ -92,13 +93,14 @@ class served_model {
   virtual bool stale() const { return false; }
 };
 
-// Loads a model file for an alias (whose options may differ per alias); the registry calls it
-// on an admin thread.
-using model_loader =
-    std::function<result<std::unique_ptr<served_model>>(const std::string& alias, const std::string& path)>;
+// Loads a model file for an alias with its settings (its [model.NAME] table under the request's
+// own options; unset ones take the global keys); the registry calls it on an admin thread.
+using model_loader = std::function<result<std::unique_ptr<served_model>>(
+    const std::string& alias, const std::string& path, const proto::model_settings& settings)>;
 
 // Predicts the bytes a load of `path` would hold (weights + KV cache) without loading it, so the
 // memory budget can be checked before anything is allocated. Blocking (reads the file's header).
-using model_sizer = std::function<result<std::uint64_t>(const std::string& alias, const std::string& path)>;
+using model_sizer = std::function<result<std::uint64_t>(const std::string& alias, const std::string& path,
+                                                         const proto::model_settings& settings)>;
 
 }  // namespace tandem::daemon

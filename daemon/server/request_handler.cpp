@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "config/model_table.h"
 #include "log.h"
 #include "metrics/exposition.h"
 #include "protocol/reply.h"
@@ -38,8 +39,9 @@ json stats_json(const generation_stats& s, const std::string& model, bool with_t
 }
 
 json info_json(const model_info& i) {
-  return {{"path", i.path}, {"arch", i.arch}, {"backend", i.backend}, {"n_vocab", i.n_vocab},
-          {"n_ctx", i.n_ctx}, {"file_bytes", i.file_bytes}, {"cache_bytes", i.cache_bytes}};
+  return {{"path", i.path},         {"arch", i.arch},       {"backend", i.backend},   {"device", i.device},
+          {"n_vocab", i.n_vocab},   {"n_ctx", i.n_ctx},     {"kv_type", i.kv_type},   {"parallel", i.parallel},
+          {"file_bytes", i.file_bytes}, {"cache_bytes", i.cache_bytes}};
 }
 
 std::uint64_t resident_bytes() {
@@ -203,13 +205,17 @@ void request_handler::admin(const std::shared_ptr<connection>& c, proto::request
     model_info info;
     std::optional<wire_error> err;
     json result;
+    // The device list and ratios are checked here, where the plan's parsers are: a bad one is the
+    // request's fault (bad_request), not a failed load.
     if (const auto* l = std::get_if<proto::load_request>(&body)) {
       log(log_level::info, "loading '", l->name, "' from ", l->path);
-      err = ctx_.registry.load(l->name, l->path, l->keep_alive_s, info);
+      if (auto bad = check_device_fields(l->settings)) err = wire_error{error_code::bad_request, "load: " + *bad};
+      else err = ctx_.registry.load(l->name, l->path, l->settings, info);
       result = {{"name", l->name}, {"model", info_json(info)}};
     } else if (const auto* s = std::get_if<proto::swap_request>(&body)) {
       log(log_level::info, "swapping '", s->name, "' to ", s->path);
-      err = ctx_.registry.swap(s->name, s->path, info);
+      if (auto bad = check_device_fields(s->settings)) err = wire_error{error_code::bad_request, "swap: " + *bad};
+      else err = ctx_.registry.swap(s->name, s->path, s->settings, info);
       result = {{"name", s->name}, {"model", info_json(info)}};
     } else if (const auto* u = std::get_if<proto::unload_request>(&body)) {
       log(log_level::info, "unloading '", u->name, "'");

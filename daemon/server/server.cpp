@@ -27,7 +27,7 @@ constexpr auto tick_period = std::chrono::milliseconds(200);
 constexpr auto accept_backoff = std::chrono::milliseconds(100);
 constexpr auto accept_log_every = std::chrono::seconds(10);
 
-// The CUDA devices the configuration names: gpu, and the ids in gpus and in every per-model gpus
+// The CUDA devices the configuration names: gpu, and the ids in gpus and in every model table's gpus
 // (the --devices syntax of plan/plan_parse.h; a list it refuses names nothing here, and its load
 // reports the error).
 std::set<int> configured_gpus(const daemon_config& c) {
@@ -39,7 +39,8 @@ std::set<int> configured_gpus(const daemon_config& c) {
         if (d.cuda_id >= 0) ids.insert(d.cuda_id);
   };
   if (!c.gpus.empty()) add_list(c.gpus);
-  for (const auto& [alias, list] : c.model_gpus) add_list(list);
+  for (const auto& [alias, settings] : c.model_tables)
+    if (settings.gpus) add_list(*settings.gpus);
   return ids;
 }
 
@@ -71,6 +72,7 @@ server::server(daemon_config cfg, std::vector<std::string> argv, model_loader lo
     : cfg_(std::move(cfg)), argv_(std::move(argv)),
       registry_(std::move(loader),
                 registry_options{cfg_.queue_depth, cfg_.keep_alive, cfg_.memory_budget, std::move(sizer),
+                                 cfg_.model_tables,
                                  [this](const std::string& alias, std::string_view outcome, double seconds) {
                                    metrics_.swap_done(alias, outcome, seconds);
                                  }},
@@ -241,7 +243,7 @@ void server::preload() {
     sd_send("STATUS=loading " + m.alias + " from " + m.path);
     log(log_level::info, "loading '", m.alias, "' from ", m.path);
     model_info info;
-    if (auto err = registry_.load(m.alias, m.path, std::nullopt, info))
+    if (auto err = registry_.load(m.alias, m.path, {}, info))
       log(log_level::error, "preloading '", m.alias, "' failed: ", err->message);
     else
       log(log_level::info, "'", m.alias, "' is resident (", info.arch, ", ", info.file_bytes, " bytes)");
@@ -269,7 +271,9 @@ void server::reload_config() {
   auto& c = parsed.config;
   log_level lvl;
   if (parse_log_level(c.log_level, lvl)) set_log_level(lvl);
-  // Models: load new aliases, swap changed paths; aliases loaded at runtime are left alone.
+  // Tables apply to loads from now on. Models: load new aliases, swap changed paths; aliases
+  // loaded at runtime are left alone.
+  registry_.set_tables(c.model_tables);
   const auto current = registry_.describe();
   for (const auto& m : c.models) {
     const nlohmann::json* found = nullptr;
@@ -277,8 +281,8 @@ void server::reload_config() {
       if (e["name"] == m.alias) found = &e;
     model_info info;
     std::optional<proto::wire_error> err;
-    if (!found) err = registry_.load(m.alias, m.path, std::nullopt, info);
-    else if ((*found)["path"] != m.path) err = registry_.swap(m.alias, m.path, info);
+    if (!found) err = registry_.load(m.alias, m.path, {}, info);
+    else if ((*found)["path"] != m.path) err = registry_.swap(m.alias, m.path, {}, info);
     if (err) log(log_level::error, "SIGHUP: '", m.alias, "': ", err->message);
   }
   auto policy = peer_policy::from_names(c.allow_users, c.allow_groups,

@@ -2,11 +2,11 @@
 #include "runtime/model_instance.h"
 
 #include "backend/cpu/cpu_backend.h"
+#include "plan/memory_plan.h"
+#include "plan/plan_parse.h"
 #ifdef TANDEM_HAVE_CUDA_BACKEND
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_device_info.h"
-#include "plan/memory_plan.h"
-#include "plan/plan_parse.h"
 #endif
 
 namespace tandem {
@@ -29,21 +29,43 @@ std::string gpu_split::describe() const {
   return out;
 }
 
-result<gpu_split> plan_gpu_split(const model_desc& desc, const std::string& gpus, const std::string& ratios,
-                                 const std::string& split, const kv_cache_config& cache) {
-#ifdef TANDEM_HAVE_CUDA_BACKEND
-  auto reqs = parse_device_list(gpus);
-  if (!reqs) return make_error("--gpus: ", reqs.message());
+namespace {
+
+// The plan's view of the cache a backend will hold.
+plan_options plan_options_for(const kv_cache_config& cache) {
   plan_options po;
-  auto mode = parse_split_mode(split.empty() ? "layer" : split);
-  if (!mode) return make_error("--split: ", mode.message());
-  if (*mode == split_mode::none) return make_error("--split none runs on one GPU: use --gpu N instead of --gpus");
-  po.split = *mode;
   po.n_ctx = cache.n_ctx;
   po.n_seqs = cache.n_seq_max;
   po.n_kv_tokens = uint64_t{cache.n_blocks} * cache.block_size;
   po.kv_type = cache.type;
   po.block_size = cache.block_size;
+  return po;
+}
+
+}  // namespace
+
+status check_gpu_fit(const model_desc& desc, const device_spec& device, const kv_cache_config& cache) {
+  plan_options po = plan_options_for(cache);
+  po.devices = {device};
+  auto plan = make_memory_plan(desc, po);
+  if (!plan) return plan.err();
+  if (plan->fits) return {};
+  const device_usage& u = plan->usage.at(0);
+  // The exact bytes first (what a script compares), then the plan's breakdown by category.
+  return make_error("the model does not fit GPU ", device.name, ": it needs ", u.total, " bytes and ", u.available,
+                    " are free for it; ", plan->reasons.empty() ? std::string() : plan->reasons[0]);
+}
+
+result<gpu_split> plan_gpu_split(const model_desc& desc, const std::string& gpus, const std::string& ratios,
+                                 const std::string& split, const kv_cache_config& cache) {
+#ifdef TANDEM_HAVE_CUDA_BACKEND
+  auto reqs = parse_device_list(gpus);
+  if (!reqs) return make_error("--gpus: ", reqs.message());
+  plan_options po = plan_options_for(cache);
+  auto mode = parse_split_mode(split.empty() ? "layer" : split);
+  if (!mode) return make_error("--split: ", mode.message());
+  if (*mode == split_mode::none) return make_error("--split none runs on one GPU: use --gpu N instead of --gpus");
+  po.split = *mode;
   if (!ratios.empty()) {
     auto r = parse_ratio_list(ratios);
     if (!r) return make_error("--ratios: ", r.message());
@@ -119,6 +141,14 @@ result<std::unique_ptr<backend>> make_backend(const model_desc& desc, const inst
 #ifdef TANDEM_HAVE_CUDA_BACKEND
   int n = cuda_backend_device_count();
   if (opt.gpu >= n) return make_error("GPU ", opt.gpu, " requested, but ", n, " CUDA device(s) are usable");
+  // Refused before any allocation, as a split is: a failed cudaMalloc halfway through the weights
+  // would say less, and later.
+  auto mem = query_cuda_device_memory(opt.gpu);
+  if (!mem) return mem.err();
+  device_request rq;
+  rq.cuda_id = opt.gpu;
+  rq.text = std::to_string(opt.gpu);
+  TANDEM_TRY(check_gpu_fit(desc, measured_device(rq, mem->name, mem->total_bytes, mem->free_bytes), opt.cache));
   cuda_backend_options co;
   co.device = opt.gpu;
   auto be = make_cuda_backend(desc, co);

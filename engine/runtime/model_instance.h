@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "core/result.h"
 #include "model/model_desc.h"
+#include "plan/plan_options.h"
 
 namespace tandem {
 
@@ -43,6 +44,10 @@ struct gpu_split {
 struct cuda_backend_options;
 // The CUDA backend's options for such a split (CUDA builds; backend/cuda/cuda_backend.h).
 void fill_cuda_options(const gpu_split& split, cuda_backend_options& out);
+
+// Whether the whole model and `cache` fit one device as the memory plan counts them: an error
+// naming the bytes needed and free when not. What a single-GPU load checks before allocating.
+status check_gpu_fit(const model_desc& desc, const device_spec& device, const kv_cache_config& cache);
 
 result<gpu_split> plan_gpu_split(const model_desc& desc, const std::string& gpus, const std::string& ratios,
                                  const std::string& split, const kv_cache_config& cache);

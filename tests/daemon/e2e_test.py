@@ -53,16 +53,16 @@ class Client:
 
 class Daemon:
     def __init__(self, models, extra=(), env=None, socket_path=None, pass_fds=(), preexec=None, wait=True,
-                 wrapper=()):
+                 wrapper=(), config=os.devnull, n_models=None):
         self.sock = socket_path or os.path.join(TMP, "d%d.sock" % time.monotonic_ns())
-        cmd = list(wrapper) + [ARGS.tandemd, "--socket", self.sock, "--threads", "1", "--config", os.devnull]
+        cmd = list(wrapper) + [ARGS.tandemd, "--socket", self.sock, "--threads", "1", "--config", config]
         for alias, path in models:
             cmd += ["--model", "%s=%s" % (alias, path)]
         # The CPU backend unless a test names devices (gpu = auto would take a GPU where there is one).
         if not any(a in ("--gpu", "--gpus") for a in extra):
             cmd += ["--gpu", "-1"]
         cmd += list(extra)
-        self.n_models = len(models)
+        self.n_models = len(models) if n_models is None else n_models  # those a config file names count too
         self.log = open(os.path.join(TMP, "tandemd.log"), "ab")
         self.p = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, env=env, pass_fds=pass_fds,
                                   preexec_fn=preexec)
@@ -707,6 +707,67 @@ def test_per_model_devices(model):
         check(final["result"]["generated_tokens"] >= 1, "plain generates: %r" % final)
     finally:
         check(d.stop() == 0, "tandemd exit status")
+
+
+def test_model_tables(model):
+    """Two [model.NAME] tables give their models their own context and KV type over the global
+    keys; status shows what each got; load options (tandem load --context --kv) sit over a table;
+    bad options are bad_request and the daemon keeps serving."""
+    other = make_model("tiny2.gguf", 2)
+    conf = os.path.join(TMP, "tables.toml")
+    with open(conf, "w") as f:
+        f.write('context = 128\nkv-type = "f16"\n\n'
+                '[model.alpha]\npath = "%s"\ncontext = 256\nkv-type = "q8_0"\n\n'
+                '[model.beta]  # the second\npath = "%s"\ncontext = 512\nkv-type = "f32"\nparallel = 2\n\n'
+                '[model.later]\ncontext = 384\nkv-type = "q8_0"\n' % (model, other))
+    d = Daemon([], config=conf, n_models=2)
+    try:
+        c = Client(d.sock)
+        st = c.call({"id": 1, "op": "status"})["result"]
+        got = {m["name"]: (m["n_ctx"], m["kv_type"], m["device"], m["parallel"]) for m in st["models"]}
+        check(got == {"alpha": (256, "q8_0", "cpu", 4), "beta": (512, "f32", "cpu", 2)}, "status: %r" % got)
+        check(any(dev["device"] == "cpu" and sorted(dev["models"]) == ["alpha", "beta"] for dev in st["devices"]),
+              "devices: %r" % st["devices"])
+        _, final = generate(c, 2, n=2, model="beta")
+        check(final["result"]["generated_tokens"] >= 1, "beta generates: %r" % final)
+        # Options of a load over the table of its alias, and the global keys under both.
+        r = c.call({"id": 3, "op": "load", "name": "later", "path": model, "context": 192})
+        check(r["result"]["model"]["n_ctx"] == 192 and r["result"]["model"]["kv_type"] == "q8_0", "load: %r" % r)
+        r = c.call({"id": 4, "op": "load", "name": "plain", "path": model})
+        check(r["result"]["model"]["n_ctx"] == 128 and r["result"]["model"]["kv_type"] == "f16", "plain: %r" % r)
+        for rid, bad, says in ((5, {"context": 8}, "'context'"), (6, {"kv_type": "q4"}, "'kv_type'"),
+                               (7, {"gpus": "0,x"}, "gpus '0,x'"), (8, {"ratios": "1,-1"}, "ratios")):
+            r = c.call(dict({"id": rid, "op": "load", "name": "bad%d" % rid, "path": model}, **bad))
+            check(r.get("error", {}).get("code") == "bad_request" and says in r["error"]["message"],
+                  "bad %r: %r" % (bad, r))
+        if ARGS.tandem:
+            env = dict(os.environ, TANDEM_SOCKET=d.sock)
+            r = subprocess.run([ARGS.tandem, "load", "cli", model, "--context", "320", "--kv", "f32",
+                                "--keep-alive", "600"], env=env, capture_output=True, timeout=60)
+            check(r.returncode == 0 and b"f32 cache" in r.stdout and b"320 tokens" in r.stdout, "tandem load: %r" % (r,))
+            r = subprocess.run([ARGS.tandem, "swap", "cli", other, "--context", "160"], env=env,
+                               capture_output=True, timeout=60)
+            check(r.returncode == 0 and b"160 tokens" in r.stdout, "tandem swap: %r" % (r,))
+            r = subprocess.run([ARGS.tandem, "ps"], env=env, capture_output=True, timeout=60)
+            check(r.returncode == 0 and b"q8_0" in r.stdout and b"KV" in r.stdout, "tandem ps: %r" % (r,))
+            r = subprocess.run([ARGS.tandem, "load", "x", model, "--kv", "q4"], env=env, capture_output=True,
+                               timeout=60)
+            check(r.returncode == 2, "tandem load --kv q4 is a usage error: %r" % (r,))
+        ms = {m["name"]: m for m in c.call({"id": 9, "op": "models"})["result"]["models"]}
+        check(ms["alpha"]["state"] == "resident" and ms["beta"]["state"] == "resident", "still serving: %r" % ms)
+        if ARGS.tandem:
+            # The swap took the table's (none for cli) and its own settings, not the earlier load's.
+            check(ms["cli"]["n_ctx"] == 160 and ms["cli"]["kv_type"] == "f16" and ms["cli"]["keep_alive"] == 0,
+                  "swapped: %r" % ms["cli"])
+    finally:
+        check(d.stop() == 0, "tandemd exit status")
+    # A bad table stops tandemd at startup with the file, line, table and key.
+    with open(conf, "w") as f:
+        f.write('[model.alpha]\npath = "%s"\ncontxt = 64\n' % model)
+    r = subprocess.run([ARGS.tandemd, "--config", conf, "--gpu", "-1", "--socket", os.path.join(TMP, "bad.sock")],
+                       capture_output=True, timeout=60)
+    check(r.returncode == 2 and ("%s:3: [model.alpha]: unknown key 'contxt'" % conf).encode() in r.stderr,
+          "bad table: %r" % (r,))
 
 
 def test_systemd_notify(model):

@@ -1,29 +1,15 @@
 // tandemd's configuration: keys from the TOML file, flags over the file, and errors for bad files.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "config/daemon_config.h"
+#include "config_files.h"
 #include "registry/engine_model.h"
 
 namespace tandem::daemon {
 namespace {
-
-struct config_file {
-  std::string path = testing::TempDir() + "tandemd_test_" + std::to_string(::getpid()) + ".toml";
-  explicit config_file(const std::string& text) { std::ofstream(path) << text; }
-  ~config_file() { std::remove(path.c_str()); }
-};
-
-parse_outcome parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "tandemd");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  return parse_config(static_cast<int>(argv.size()), argv.data());
-}
 
 TEST(daemon_config, file_keys_and_flags_over_them) {
   config_file f("gpu = 1\nthreads = 3\ncontext = 2048\n");
@@ -123,32 +109,32 @@ TEST(daemon_config, every_usage_error_exits_2) {
   }
 }
 
-// Per-model devices: NAME=VALUE where VALUE may itself hold '=' (caps); the loader applies them
-// by alias, falling back to gpus / ratios.
-TEST(daemon_config, per_model_devices) {
+// The deprecated per-alias keys: NAME=VALUE where VALUE may itself hold '=' (caps), folded into
+// the alias's settings; the loader applies them over gpus / ratios / split.
+TEST(daemon_config, deprecated_per_model_devices) {
   config_file f("gpus = \"0,1\"\nmodel-gpus = [\"big=0=16GiB,1=32GiB\", \"small=1\"]\n"
                 "model-ratios = [\"big=1,1.75\"]\nmodel-split = [\"big=tensor\"]\n");
   auto r = parse({"--config", f.path});
   ASSERT_FALSE(r.exit_now) << r.output;
-  EXPECT_EQ(r.config.model_gpus.at("big"), "0=16GiB,1=32GiB");
-  EXPECT_EQ(r.config.model_gpus.at("small"), "1");
-  EXPECT_EQ(r.config.model_ratios.at("big"), "1,1.75");
+  const auto& t = r.config.model_tables;
+  EXPECT_EQ(t.at("big").gpus, "0=16GiB,1=32GiB");
+  EXPECT_EQ(t.at("small").gpus, "1");
+  EXPECT_EQ(t.at("big").ratios, "1,1.75");
+  EXPECT_EQ(t.at("big").split, "tensor");
+  EXPECT_FALSE(t.count("other"));
+  EXPECT_EQ(r.config.notes.size(), 3u);  // one deprecation note per key
   engine_options eo;
   eo.gpus = r.config.gpus;
   eo.ratios = "2,1";
-  eo.model_gpus = r.config.model_gpus;
-  eo.model_ratios = r.config.model_ratios;
-  EXPECT_EQ(eo.for_alias("big").gpus, "0=16GiB,1=32GiB");
-  EXPECT_EQ(eo.for_alias("big").ratios, "1,1.75");
-  EXPECT_EQ(eo.for_alias("small").gpus, "1");
-  EXPECT_EQ(eo.for_alias("small").ratios, "");  // its own devices: the plan's default ratios
-  EXPECT_EQ(eo.for_alias("other").gpus, "0,1");
-  EXPECT_EQ(eo.for_alias("other").ratios, "2,1");
-  EXPECT_EQ(r.config.split, "layer");
   eo.split = r.config.split;
-  eo.model_split = r.config.model_split;
-  EXPECT_EQ(eo.for_alias("big").split, "tensor");
-  EXPECT_EQ(eo.for_alias("other").split, "layer");
+  EXPECT_EQ(eo.with(t.at("big")).gpus, "0=16GiB,1=32GiB");
+  EXPECT_EQ(eo.with(t.at("big")).ratios, "1,1.75");
+  EXPECT_EQ(eo.with(t.at("small")).gpus, "1");
+  EXPECT_EQ(eo.with(t.at("small")).ratios, "");  // its own devices: the plan's default ratios
+  EXPECT_EQ(eo.with({}).gpus, "0,1");
+  EXPECT_EQ(eo.with({}).ratios, "2,1");
+  EXPECT_EQ(eo.with(t.at("big")).split, "tensor");
+  EXPECT_EQ(eo.with({}).split, "layer");
 }
 
 TEST(daemon_config, bad_split_is_a_usage_error) {

@@ -76,7 +76,8 @@ class fake_model final : public served_model {
 
 // "corrupt" fails at once (also for the sizer); "late-fail" passes the sizer and fails to load.
 model_loader fake_loader(int chunks, std::chrono::milliseconds step, std::chrono::milliseconds load_time = 0ms) {
-  return [=](const std::string&, const std::string& path) -> result<std::unique_ptr<served_model>> {
+  return [=](const std::string&, const std::string& path,
+             const proto::model_settings&) -> result<std::unique_ptr<served_model>> {
     std::this_thread::sleep_for(load_time);
     if (path.find("corrupt") != std::string::npos) return make_error(path, ": not a GGUF file");
     if (path.find("late-fail") != std::string::npos) return make_error(path, ": tensor data is truncated");
@@ -85,10 +86,16 @@ model_loader fake_loader(int chunks, std::chrono::milliseconds step, std::chrono
 }
 
 model_sizer fake_sizer() {
-  return [](const std::string&, const std::string& path) -> result<std::uint64_t> {
+  return [](const std::string&, const std::string& path, const proto::model_settings&) -> result<std::uint64_t> {
     if (path.find("corrupt") != std::string::npos) return make_error(path, ": not a GGUF file");
     return size_of(path);
   };
+}
+
+proto::model_settings keep(double seconds) {
+  proto::model_settings s;
+  s.keep_alive_s = seconds;
+  return s;
 }
 
 registry_options budget(std::uint64_t bytes, std::size_t max_queue = 16) {
@@ -132,29 +139,64 @@ TEST(registry, loader_sees_the_alias) {
   std::mutex mu;
   std::vector<std::string> seen;
   auto base = fake_loader(1, 1ms);
-  model_loader loader = [&](const std::string& alias, const std::string& path) {
+  model_loader loader = [&](const std::string& alias, const std::string& path, const proto::model_settings& s) {
     std::lock_guard lk(mu);
     seen.push_back(alias + ":" + path);
-    return base(alias, path);
+    return base(alias, path, s);
   };
   model_registry reg(loader, {}, thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("big", "/m/a", std::nullopt, info));
-  ASSERT_FALSE(reg.swap("big", "/m/b", info));
+  ASSERT_FALSE(reg.load("big", "/m/a", {}, info));
+  ASSERT_FALSE(reg.swap("big", "/m/b", {}, info));
   std::lock_guard lk(mu);
   EXPECT_EQ(seen, (std::vector<std::string>{"big:/m/a", "big:/m/b"}));
+}
+
+// The loader gets the alias's table under the request's own settings; a reload after idle
+// unload gets the same again, and a swap the table under its own (not the earlier load's).
+TEST(registry, settings_are_table_under_request) {
+  std::mutex mu;
+  std::vector<std::string> seen;
+  auto base = fake_loader(1, 1ms);
+  model_loader loader = [&](const std::string& alias, const std::string& path, const proto::model_settings& s) {
+    std::lock_guard lk(mu);
+    seen.push_back(alias + " ctx " + std::to_string(s.context.value_or(0)) + " kv " + s.kv_type.value_or("-"));
+    return base(alias, path, s);
+  };
+  registry_options opt;
+  proto::model_settings table;
+  table.context = 256;
+  table.kv_type = "q8_0";
+  table.keep_alive_s = 0.01;
+  opt.tables["big"] = table;
+  model_registry reg(loader, opt, thread_executor());
+  model_info info;
+  proto::model_settings request;
+  request.context = 1024;
+  ASSERT_FALSE(reg.load("big", "/m/a", request, info));
+  ASSERT_FALSE(reg.load("small", "/m/b", request, info));
+  EXPECT_EQ(reg.describe()[0]["keep_alive"], 0.01);  // the table's keep-alive
+  std::this_thread::sleep_for(30ms);
+  reg.sweep();  // idle past the table's keep-alive: unloaded, reloaded by the next job
+  probe p;
+  ASSERT_FALSE(reg.submit("big", p.job()));
+  p.done.get_future().get();
+  ASSERT_FALSE(reg.swap("big", "/m/c", {}, info));
+  std::lock_guard lk(mu);
+  EXPECT_EQ(seen, (std::vector<std::string>{"big ctx 1024 kv q8_0", "small ctx 1024 kv -", "big ctx 1024 kv q8_0",
+                                            "big ctx 256 kv q8_0"}));
 }
 
 TEST(registry, load_submit_and_default_alias) {
   model_registry reg(fake_loader(2, 1ms), {}, thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("a", "/m/a", std::nullopt, info));
+  ASSERT_FALSE(reg.load("a", "/m/a", {}, info));
   EXPECT_EQ(info.path, "/m/a");
   EXPECT_EQ(reg.default_alias(), "a");
   probe p;
   ASSERT_FALSE(reg.submit("", p.job()));
   EXPECT_EQ(p.done.get_future().get(), "/m/a");
-  auto err = reg.load("a", "/m/b", std::nullopt, info);
+  auto err = reg.load("a", "/m/b", {}, info);
   ASSERT_TRUE(err);
   EXPECT_EQ(err->code, proto::error_code::exists);
   auto nf = reg.submit("zzz", probe().job());
@@ -165,7 +207,7 @@ TEST(registry, load_submit_and_default_alias) {
 TEST(registry, failed_load_is_forgotten_and_reports_load_failed) {
   model_registry reg(fake_loader(1, 1ms), {}, thread_executor());
   model_info info;
-  auto err = reg.load("a", "/m/corrupt", std::nullopt, info);
+  auto err = reg.load("a", "/m/corrupt", {}, info);
   ASSERT_TRUE(err);
   EXPECT_EQ(err->code, proto::error_code::load_failed);
   EXPECT_NE(err->message.find("not a GGUF"), std::string::npos);
@@ -178,12 +220,12 @@ TEST(registry, swap_finishes_in_flight_on_old_and_moves_queued_to_new) {
   opt.max_queue = 8;
   model_registry reg(fake_loader(20, 5ms), opt, thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("a", "/m/old", std::nullopt, info));
+  ASSERT_FALSE(reg.load("a", "/m/old", {}, info));
   probe running, queued;
   ASSERT_FALSE(reg.submit("a", running.job()));
   std::this_thread::sleep_for(20ms);  // the first job is now running on the old model
   ASSERT_FALSE(reg.submit("a", queued.job()));
-  ASSERT_FALSE(reg.swap("a", "/m/new", info));
+  ASSERT_FALSE(reg.swap("a", "/m/new", {}, info));
   EXPECT_EQ(info.path, "/m/new");
   EXPECT_EQ(running.done.get_future().get(), "/m/old");
   EXPECT_EQ(queued.done.get_future().get(), "/m/new");
@@ -195,8 +237,8 @@ TEST(registry, swap_finishes_in_flight_on_old_and_moves_queued_to_new) {
 TEST(registry, failed_swap_leaves_the_old_model_serving) {
   model_registry reg(fake_loader(1, 1ms), {}, thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("a", "/m/old", std::nullopt, info));
-  auto err = reg.swap("a", "/m/corrupt", info);
+  ASSERT_FALSE(reg.load("a", "/m/old", {}, info));
+  auto err = reg.swap("a", "/m/corrupt", {}, info);
   ASSERT_TRUE(err);
   EXPECT_EQ(err->code, proto::error_code::load_failed);
   probe p;
@@ -208,16 +250,16 @@ TEST(registry, failed_swap_leaves_the_old_model_serving) {
 TEST(registry, requests_during_a_slow_swap_are_served_by_the_old_model) {
   model_registry reg(fake_loader(1, 1ms, 200ms), {}, thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("a", "/m/old", std::nullopt, info));
+  ASSERT_FALSE(reg.load("a", "/m/old", {}, info));
   auto swapped = std::async(std::launch::async, [&] {
     model_info i;
-    return reg.swap("a", "/m/new", i);
+    return reg.swap("a", "/m/new", {}, i);
   });
   std::this_thread::sleep_for(50ms);
   probe p;
   ASSERT_FALSE(reg.submit("a", p.job()));
   EXPECT_EQ(p.done.get_future().get(), "/m/old");
-  auto second = reg.swap("a", "/m/other", info);  // one swap at a time per alias
+  auto second = reg.swap("a", "/m/other", {}, info);  // one swap at a time per alias
   ASSERT_TRUE(second);
   EXPECT_EQ(second->code, proto::error_code::busy);
   EXPECT_FALSE(swapped.get());
@@ -228,7 +270,7 @@ TEST(registry, full_queue_is_busy) {
   opt.max_queue = 2;
   model_registry reg(fake_loader(10, 10ms), opt, thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("a", "/m/a", std::nullopt, info));
+  ASSERT_FALSE(reg.load("a", "/m/a", {}, info));
   std::vector<std::unique_ptr<probe>> ps;
   int busy = 0;
   for (int i = 0; i < 6; ++i) {
@@ -248,7 +290,7 @@ TEST(registry, full_queue_is_busy) {
 TEST(registry, unload_drains_accepted_jobs) {
   model_registry reg(fake_loader(5, 5ms), {}, thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("a", "/m/a", std::nullopt, info));
+  ASSERT_FALSE(reg.load("a", "/m/a", {}, info));
   probe p;
   ASSERT_FALSE(reg.submit("a", p.job()));
   ASSERT_FALSE(reg.unload("a"));
@@ -260,7 +302,7 @@ TEST(registry, unload_drains_accepted_jobs) {
 TEST(registry, idle_unload_then_lazy_reload) {
   model_registry reg(fake_loader(1, 1ms), {}, thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("a", "/m/a", 0.05, info));
+  ASSERT_FALSE(reg.load("a", "/m/a", keep(0.05), info));
   std::this_thread::sleep_for(100ms);
   reg.sweep();
   EXPECT_EQ(reg.describe()[0]["state"], "unloaded");
@@ -273,8 +315,8 @@ TEST(registry, idle_unload_then_lazy_reload) {
 TEST(registry, describe_reports_the_recurrent_state_bytes) {
   model_registry reg(fake_loader(1, 1ms), {}, thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("h", "/m/hybrid", std::nullopt, info));
-  ASSERT_FALSE(reg.load("p", "/m/plain", std::nullopt, info));
+  ASSERT_FALSE(reg.load("h", "/m/hybrid", {}, info));
+  ASSERT_FALSE(reg.load("p", "/m/plain", {}, info));
   int seen = 0;
   for (const auto& m : reg.describe()) {
     ASSERT_TRUE(m.contains("state_bytes")) << m.dump();
@@ -293,7 +335,7 @@ TEST(registry, describe_reports_the_recurrent_state_bytes) {
 TEST(registry, close_all_fails_parked_jobs) {
   model_registry reg(fake_loader(1, 1ms, 300ms), {}, thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("a", "/m/a", 0.01, info));
+  ASSERT_FALSE(reg.load("a", "/m/a", keep(0.01), info));
   std::this_thread::sleep_for(30ms);
   reg.sweep();
   probe p;
@@ -328,21 +370,21 @@ std::string run_one(model_registry& reg, const std::string& alias) {
 TEST(registry_budget, evicts_idle_models_least_recently_used_first) {
   model_registry reg(fake_loader(1, 1ms), budget(300), thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("a", "/m/a@100", std::nullopt, info));
-  ASSERT_FALSE(reg.load("b", "/m/b@100", std::nullopt, info));
-  ASSERT_FALSE(reg.load("c", "/m/c@100", std::nullopt, info));
+  ASSERT_FALSE(reg.load("a", "/m/a@100", {}, info));
+  ASSERT_FALSE(reg.load("b", "/m/b@100", {}, info));
+  ASSERT_FALSE(reg.load("c", "/m/c@100", {}, info));
   std::this_thread::sleep_for(5ms);
   EXPECT_EQ(run_one(reg, "c"), "/m/c@100");
   std::this_thread::sleep_for(5ms);
   EXPECT_EQ(run_one(reg, "a"), "/m/a@100");
   // Last uses: b (its load) < c < a.
-  ASSERT_FALSE(reg.load("d", "/m/d@100", std::nullopt, info));
+  ASSERT_FALSE(reg.load("d", "/m/d@100", {}, info));
   EXPECT_EQ(state_of(reg, "b"), "unloaded");
   EXPECT_EQ(state_of(reg, "a"), "resident");
   EXPECT_EQ(state_of(reg, "c"), "resident");
   EXPECT_EQ(reg.used_bytes(), 300u);
   // 200 more needs two to go: c, then a (d was loaded after a's last use).
-  ASSERT_FALSE(reg.load("e", "/m/e@200", std::nullopt, info));
+  ASSERT_FALSE(reg.load("e", "/m/e@200", {}, info));
   EXPECT_EQ(state_of(reg, "c"), "unloaded");
   EXPECT_EQ(state_of(reg, "a"), "unloaded");
   EXPECT_EQ(state_of(reg, "d"), "resident");
@@ -357,13 +399,13 @@ TEST(registry_budget, evicts_idle_models_least_recently_used_first) {
 TEST(registry_budget, refusal_names_the_sizes_and_evicts_nothing) {
   model_registry reg(fake_loader(400, 5ms), budget(300), thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("a", "/m/a@100", std::nullopt, info));
-  ASSERT_FALSE(reg.load("b", "/m/b@100", std::nullopt, info));
+  ASSERT_FALSE(reg.load("a", "/m/a@100", {}, info));
+  ASSERT_FALSE(reg.load("b", "/m/b@100", {}, info));
   probe busy;
   ASSERT_FALSE(reg.submit("a", busy.job()));
   std::this_thread::sleep_for(20ms);  // a is serving; b is idle
   // Evicting b would still leave 100 + 250 > 300: refused, and b stays.
-  auto err = reg.load("c", "/m/c@250", std::nullopt, info);
+  auto err = reg.load("c", "/m/c@250", {}, info);
   ASSERT_TRUE(err);
   EXPECT_EQ(err->code, proto::error_code::load_failed);
   EXPECT_NE(err->message.find("'c' needs 250 B but memory-budget is 300 B and 200 B are in use"), std::string::npos)
@@ -375,7 +417,7 @@ TEST(registry_budget, refusal_names_the_sizes_and_evicts_nothing) {
   EXPECT_EQ(state_of(reg, "c"), "absent");
   EXPECT_EQ(reg.used_bytes(), 200u);
   // A model larger than the whole budget is refused the same way.
-  auto huge = reg.load("h", "/m/h@5000", std::nullopt, info);
+  auto huge = reg.load("h", "/m/h@5000", {}, info);
   ASSERT_TRUE(huge);
   EXPECT_NE(huge->message.find("needs 4.9 KiB"), std::string::npos) << huge->message;
   busy.j_cancelled->store(true);
@@ -387,8 +429,8 @@ TEST(registry_budget, refusal_names_the_sizes_and_evicts_nothing) {
 TEST(registry_budget, swap_refusal_names_the_model_it_replaces) {
   model_registry reg(fake_loader(400, 5ms), budget(300), thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("a", "/m/a@200", std::nullopt, info));
-  auto err = reg.swap("a", "/m/a2@350", info);
+  ASSERT_FALSE(reg.load("a", "/m/a@200", {}, info));
+  auto err = reg.swap("a", "/m/a2@350", {}, info);
   ASSERT_TRUE(err);
   EXPECT_NE(err->message.find("'a' needs 350 B but memory-budget is 300 B and 0 B are in use besides the 200 B of "
                               "the model it replaces"),
@@ -431,11 +473,11 @@ struct load_generator {
 TEST(registry_budget, swap_that_does_not_fit_drains_first_and_fails_nothing) {
   model_registry reg(fake_loader(4, 2ms, 30ms), budget(150), thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("a", "/m/old@100", std::nullopt, info));
+  ASSERT_FALSE(reg.load("a", "/m/old@100", {}, info));
   g_peak = g_live.load();
   load_generator gen(reg, "a", 4);
   std::this_thread::sleep_for(60ms);
-  ASSERT_FALSE(reg.swap("a", "/m/new@100", info));  // 100 + 100 > 150: drain-first
+  ASSERT_FALSE(reg.swap("a", "/m/new@100", {}, info));  // 100 + 100 > 150: drain-first
   EXPECT_EQ(info.path, "/m/new@100");
   std::this_thread::sleep_for(60ms);
   gen.finish();
@@ -453,17 +495,17 @@ TEST(registry_budget, swap_that_does_not_fit_drains_first_and_fails_nothing) {
 TEST(registry_budget, failed_drain_first_swap_reloads_the_old_model_and_fails_nothing) {
   model_registry reg(fake_loader(4, 2ms, 30ms), budget(150), thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("a", "/m/old@100", std::nullopt, info));
+  ASSERT_FALSE(reg.load("a", "/m/old@100", {}, info));
   g_peak = g_live.load();
   load_generator gen(reg, "a", 4);
   std::this_thread::sleep_for(60ms);
-  auto err = reg.swap("a", "/m/late-fail@100", info);
+  auto err = reg.swap("a", "/m/late-fail@100", {}, info);
   ASSERT_TRUE(err);
   EXPECT_EQ(err->code, proto::error_code::load_failed);
   EXPECT_NE(err->message.find("tensor data is truncated"), std::string::npos) << err->message;
   EXPECT_NE(err->message.find("the old model was loaded again and serves"), std::string::npos) << err->message;
   // A file the sizer already rejects is refused before anything drains.
-  auto early = reg.swap("a", "/m/corrupt@100", info);
+  auto early = reg.swap("a", "/m/corrupt@100", {}, info);
   ASSERT_TRUE(early);
   EXPECT_EQ(early->code, proto::error_code::load_failed);
   std::this_thread::sleep_for(60ms);
@@ -480,12 +522,12 @@ TEST(registry_budget, failed_drain_first_swap_reloads_the_old_model_and_fails_no
 TEST(registry_budget, swap_that_fits_runs_side_by_side) {
   model_registry reg(fake_loader(20, 5ms), budget(250), thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("a", "/m/old@100", std::nullopt, info));
+  ASSERT_FALSE(reg.load("a", "/m/old@100", {}, info));
   g_peak = g_live.load();
   probe running;
   ASSERT_FALSE(reg.submit("a", running.job()));
   std::this_thread::sleep_for(20ms);
-  ASSERT_FALSE(reg.swap("a", "/m/new@100", info));
+  ASSERT_FALSE(reg.swap("a", "/m/new@100", {}, info));
   EXPECT_EQ(running.done.get_future().get(), "/m/old@100");
   EXPECT_EQ(g_peak.load(), 200u);
   EXPECT_EQ(reg.describe()[0]["swaps"], 1u);
@@ -494,15 +536,15 @@ TEST(registry_budget, swap_that_fits_runs_side_by_side) {
 TEST(registry, health_covers_resident_and_still_running_retired_models) {
   model_registry reg(fake_loader(30, 5ms), {}, thread_executor());
   model_info info;
-  ASSERT_FALSE(reg.load("a", "/m/fine", std::nullopt, info));
+  ASSERT_FALSE(reg.load("a", "/m/fine", {}, info));
   EXPECT_TRUE(reg.healthy());
-  ASSERT_FALSE(reg.load("w", "/m/wedged", std::nullopt, info));
+  ASSERT_FALSE(reg.load("w", "/m/wedged", {}, info));
   EXPECT_FALSE(reg.healthy());
   probe running;
   ASSERT_FALSE(reg.submit("w", running.job()));
   std::this_thread::sleep_for(20ms);
   // Swapped away while its request still runs: the old engine still counts.
-  ASSERT_FALSE(reg.swap("w", "/m/fine2", info));
+  ASSERT_FALSE(reg.swap("w", "/m/fine2", {}, info));
   reg.sweep();
   EXPECT_FALSE(reg.healthy());
   EXPECT_EQ(running.done.get_future().get(), "/m/wedged");

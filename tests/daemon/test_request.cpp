@@ -65,7 +65,8 @@ TEST(request, generate_with_messages) {
 TEST(request, admin_ops) {
   auto l = dec({{"id", 3}, {"op", "load"}, {"name", "a.b:c-1"}, {"path", "/m.gguf"}, {"keep_alive", 30}});
   ASSERT_TRUE(l.ok()) << l.err().message;
-  EXPECT_EQ(*std::get<load_request>(l.req().body).keep_alive_s, 30.0);
+  EXPECT_EQ(*std::get<load_request>(l.req().body).settings.keep_alive_s, 30.0);
+  EXPECT_FALSE(std::get<load_request>(l.req().body).settings.context);  // absent: the daemon's configuration
   EXPECT_TRUE(dec({{"id", 4}, {"op", "swap"}, {"name", "x"}, {"path", "/m"}}).ok());
   EXPECT_TRUE(dec({{"id", 5}, {"op", "unload"}, {"name", "x"}}).ok());
   EXPECT_TRUE(dec({{"id", 6}, {"op", "models"}}).ok());
@@ -158,6 +159,44 @@ TEST(request, negative_nan_and_huge_params) {
                error_code::bad_request, "outside");
   expect_error(dec({{"id", 1}, {"op", "detokenize"}, {"tokens", {1ull << 33}}}), error_code::bad_request,
                "outside");
+}
+
+// The per-model options of load and swap: each read into the settings, each bad one a
+// bad_request naming the field. Device lists and ratios are only strings here (the daemon parses them).
+TEST(request, load_and_swap_settings) {
+  const json all = {{"context", 8192}, {"kv_type", "q8_0"}, {"gpus", "0,1"}, {"split", "tensor"},
+                    {"ratios", "1,2"}, {"parallel", 3}, {"keep_alive", 600}};
+  for (const char* op : {"load", "swap"}) {
+    json j = {{"id", 1}, {"op", op}, {"name", "big"}, {"path", "/m.gguf"}};
+    j.update(all);
+    auto d = dec(j);
+    ASSERT_TRUE(d.ok()) << op << ": " << d.err().message;
+    const model_settings& s = std::string(op) == "load" ? std::get<load_request>(d.req().body).settings
+                                                        : std::get<swap_request>(d.req().body).settings;
+    EXPECT_EQ(s.context, 8192u);
+    EXPECT_EQ(s.kv_type, "q8_0");
+    EXPECT_EQ(s.gpus, "0,1");
+    EXPECT_EQ(s.split, "tensor");
+    EXPECT_EQ(s.ratios, "1,2");
+    EXPECT_EQ(s.parallel, 3u);
+    EXPECT_EQ(s.keep_alive_s, 600.0);
+  }
+  const auto bad = [](const char* key, const json& value) {
+    json j = {{"id", 1}, {"op", "load"}, {"name", "big"}, {"path", "/m.gguf"}};
+    j[key] = value;
+    return dec(j);
+  };
+  expect_error(bad("context", 8), error_code::bad_request, "field 'context' = 8 is outside [16, 16777216]");
+  expect_error(bad("context", 1ull << 30), error_code::bad_request, "'context'");
+  expect_error(bad("context", "big"), error_code::bad_request, "field 'context' must be an unsigned integer");
+  expect_error(bad("kv_type", "q4_0"), error_code::bad_request, "field 'kv_type' = 'q4_0' must be f16, q8_0 or f32");
+  expect_error(bad("split", "rows"), error_code::bad_request, "field 'split' = 'rows' must be layer or tensor");
+  expect_error(bad("parallel", 0), error_code::bad_request, "'parallel'");
+  expect_error(bad("parallel", 257), error_code::bad_request, "'parallel'");
+  expect_error(bad("gpus", ""), error_code::bad_request, "field 'gpus' must not be empty");
+  expect_error(bad("gpus", 1), error_code::bad_request, "field 'gpus' must be a string");
+  expect_error(bad("ratios", ""), error_code::bad_request, "field 'ratios' must not be empty");
+  expect_error(bad("kv-type", "f16"), error_code::bad_request, "unknown field 'kv-type'");
 }
 
 TEST(request, structural_errors) {

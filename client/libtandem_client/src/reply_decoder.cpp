@@ -141,6 +141,7 @@ model_info read_model(const json& m, fields& parent) {
   i.arch = f.opt_str("arch");
   i.backend = f.opt_str("backend");
   i.device = f.opt_str("device");
+  i.kv_type = f.opt_str("kv_type");
   i.n_vocab = f.opt_u64("n_vocab");
   i.n_ctx = f.opt_u64("n_ctx");
   i.file_bytes = f.opt_u64("file_bytes");
@@ -319,6 +320,9 @@ result<loaded_reply> decode_loaded(const json& j) {
     r.path = mf.str("path");
     r.arch = mf.str("arch");
     r.backend = mf.str("backend");
+    r.device = mf.opt_str("device");
+    r.kv_type = mf.opt_str("kv_type");
+    r.parallel = mf.opt_u64("parallel");
     r.n_vocab = mf.u64("n_vocab");
     r.n_ctx = mf.u64("n_ctx");
     r.file_bytes = mf.u64("file_bytes");

@@ -78,11 +78,24 @@ std::string encode_models(std::uint64_t id) { return pack(head(id, "models")); }
 
 std::string encode_status(std::uint64_t id) { return pack(head(id, "status")); }
 
+namespace {
+// Only the settings given: the daemon fills in the rest from its configuration.
+void put_settings(json& j, const model_settings& s) {
+  if (s.context) j["context"] = *s.context;
+  if (s.kv_type) j["kv_type"] = *s.kv_type;
+  if (s.gpus) j["gpus"] = *s.gpus;
+  if (s.split) j["split"] = *s.split;
+  if (s.ratios) j["ratios"] = *s.ratios;
+  if (s.parallel) j["parallel"] = *s.parallel;
+  if (s.keep_alive_s) j["keep_alive"] = *s.keep_alive_s;
+}
+}  // namespace
+
 std::string encode_load(std::uint64_t id, const load_request& r) {
   json j = head(id, "load");
   j["name"] = r.name;
   j["path"] = r.path;
-  if (r.keep_alive_s) j["keep_alive"] = *r.keep_alive_s;
+  put_settings(j, r.settings);
   return pack(j);
 }
 
@@ -90,6 +103,7 @@ std::string encode_swap(std::uint64_t id, const swap_request& r) {
   json j = head(id, "swap");
   j["name"] = r.name;
   j["path"] = r.path;
+  put_settings(j, r.settings);
   return pack(j);
 }
 

@@ -76,12 +76,36 @@ TEST(RequestEncoder, EveryOtherOp) {
             (json{{"id", 5}, {"op", "detokenize"}, {"model", "m"}, {"tokens", {1, 2, 3}}}));
   EXPECT_EQ(unframe(wire::encode_models(6)), (json{{"id", 6}, {"op", "models"}}));
   EXPECT_EQ(unframe(wire::encode_status(7)), (json{{"id", 7}, {"op", "status"}}));
-  EXPECT_EQ(unframe(wire::encode_load(8, {"a", "/m.gguf", std::nullopt})),
+  EXPECT_EQ(unframe(wire::encode_load(8, {"a", "/m.gguf", {}})),
             (json{{"id", 8}, {"op", "load"}, {"name", "a"}, {"path", "/m.gguf"}}));
-  EXPECT_EQ(unframe(wire::encode_load(8, {"a", "/m.gguf", 60.0}))["keep_alive"], 60.0);
+  EXPECT_EQ(unframe(wire::encode_load(8, {"a", "/m.gguf", {.keep_alive_s = 60.0}}))["keep_alive"], 60.0);
   EXPECT_EQ(unframe(wire::encode_swap(9, {"a", "/n.gguf"})),
             (json{{"id", 9}, {"op", "swap"}, {"name", "a"}, {"path", "/n.gguf"}}));
   EXPECT_EQ(unframe(wire::encode_unload(10, "a")), (json{{"id", 10}, {"op", "unload"}, {"name", "a"}}));
+}
+
+// Each setting given becomes its field; those left unset are not sent, so the daemon's table for
+// the alias (or its global keys) decides them.
+TEST(EncodeRequest, LoadAndSwapCarryTheSettingsGiven) {
+  model_settings all;
+  all.context = 8192;
+  all.kv_type = "q8_0";
+  all.gpus = "0,1";
+  all.split = "tensor";
+  all.ratios = "1,2";
+  all.parallel = 2;
+  all.keep_alive_s = 600;
+  const json want = {{"context", 8192}, {"kv_type", "q8_0"}, {"gpus", "0,1"}, {"split", "tensor"},
+                     {"ratios", "1,2"}, {"parallel", 2},     {"keep_alive", 600.0}};
+  for (const auto& j : {unframe(wire::encode_load(1, {"a", "/m.gguf", all})),
+                        unframe(wire::encode_swap(2, {"a", "/m.gguf", all}))}) {
+    for (const auto& [key, value] : want.items()) EXPECT_EQ(j.at(key), value) << key;
+    EXPECT_EQ(j.size(), want.size() + 4) << j.dump();  // id, op, name, path
+  }
+  model_settings some;
+  some.context = 512;
+  const json one = unframe(wire::encode_swap(3, {"a", "/m.gguf", some}));
+  EXPECT_EQ(one, (json{{"id", 3}, {"op", "swap"}, {"name", "a"}, {"path", "/m.gguf"}, {"context", 512}}));
 }
 
 TEST(ParseReply, ReadsIdAndKind) {

@@ -1,7 +1,9 @@
-// How a planned GPU split is described and handed to the CUDA backend, and what a split request
-// without the devices or the build for it answers. Needs no GPU.
+// How a planned GPU split is described and handed to the CUDA backend, what a split request
+// without the devices or the build for it answers, and the one-GPU fit check on devices of a
+// given size. Needs no GPU.
 #include <gtest/gtest.h>
 
+#include "plan/plan_parse.h"
 #include "runtime/model_instance.h"
 #include "tiny_model.h"
 #ifdef TANDEM_HAVE_CUDA_BACKEND
@@ -70,6 +72,35 @@ TEST(gpu_split, bad_split_is_refused_by_name) {
 #else
   EXPECT_NE(r.message().find("no CUDA backend"), std::string::npos) << r.message();
 #endif
+}
+
+// A single-GPU load is checked against the device before anything is allocated, as a split is:
+// the error names the bytes the model needs and those free.
+TEST(gpu_fit, one_device_too_small_is_refused_with_the_sizes) {
+  auto m = test::make_tiny_model(test::tiny_model_options{});
+  ASSERT_TRUE(m.ok()) << m.message();
+  kv_cache_config cache;
+  cache.n_ctx = 64;
+  device_request big;
+  big.bytes = 4ull << 30;
+  big.text = "4GiB";
+  EXPECT_TRUE(check_gpu_fit((*m)->desc, sized_device(big), cache).ok());
+  // The CUDA context estimate and the margin alone exceed 600 MiB.
+  device_request small;
+  small.bytes = 600ull << 20;
+  small.text = "600MiB";
+  auto r = check_gpu_fit((*m)->desc, sized_device(small), cache);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("does not fit GPU 600MiB"), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find("needs "), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find(" bytes and "), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find(" are free for it"), std::string::npos) << r.message();
+  // A larger cache is counted: a context that fits 4 GiB alone does not once the cache is huge.
+  cache.n_ctx = 1u << 24;
+  cache.n_seq_max = 64;
+  auto huge = check_gpu_fit((*m)->desc, sized_device(big), cache);
+  EXPECT_FALSE(huge.ok());
+  if (!huge.ok()) EXPECT_NE(huge.message().find("KV cache"), std::string::npos) << huge.message();
 }
 
 }  // namespace

@@ -97,15 +97,28 @@ struct detokenize_request {
   std::vector<std::int32_t> tokens;
 };
 
+// A model's own settings for load and swap; each one left unset comes from the daemon's
+// [model.NAME] table for the alias, then from its global keys (tandemd.conf(5)).
+struct model_settings {
+  std::optional<std::uint32_t> context;  // KV cache tokens per sequence, 16 to 16777216
+  std::optional<std::string> kv_type;    // f16, q8_0 or f32
+  std::optional<std::string> gpus;       // CUDA devices to split over: "0,1", "0=16GiB,1=32GiB"
+  std::optional<std::string> split;      // with gpus: layer or tensor
+  std::optional<std::string> ratios;     // with gpus: shares per device, "1,1.75"
+  std::optional<std::uint32_t> parallel; // sequences decoded together, 1 to 256
+  std::optional<double> keep_alive_s;    // idle seconds before unload; 0: never
+};
+
 struct load_request {
   std::string name;  // 1-64 of [A-Za-z0-9._:-]
   std::string path;  // resolved by the daemon, in its own working directory
-  std::optional<double> keep_alive_s;
+  model_settings settings;
 };
 
 struct swap_request {
   std::string name;
   std::string path;
+  model_settings settings;  // the new model's, as for load (not carried over from the old one)
 };
 
 // ---- replies: each keeps the whole result map as JSON text, for fields not typed here ----
@@ -166,7 +179,7 @@ struct model_info {
   bool running = false;
   std::optional<double> keep_alive_s;
   std::uint64_t swaps = 0;
-  std::optional<std::string> arch, backend, device;
+  std::optional<std::string> arch, backend, device, kv_type;
   std::optional<std::uint64_t> n_vocab, n_ctx, file_bytes, cache_bytes, state_bytes, bytes;
   std::optional<double> idle_seconds;
   std::optional<std::uint64_t> completed, parallel;
@@ -214,6 +227,8 @@ struct loaded_reply {
   std::string path;
   std::string arch;
   std::string backend;
+  std::optional<std::string> device, kv_type;  // newer daemons
+  std::optional<std::uint64_t> parallel;
   std::uint64_t n_vocab = 0;
   std::uint64_t n_ctx = 0;
   std::uint64_t file_bytes = 0;
