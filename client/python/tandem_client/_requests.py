@@ -6,7 +6,7 @@ import math
 import numbers
 import os
 import re
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ._frame import DEFAULT_MAX_FRAME, HEADER, encode, is_final
 from .errors import ProtocolError, daemon_error
@@ -22,7 +22,8 @@ MAX_MESSAGES = 4096
 MAX_ROLE_BYTES = 64
 MAX_NAME_BYTES = 64
 MAX_PATH_BYTES = 4096
-MAX_KEEP_ALIVE = 365.0 * 24 * 3600
+MAX_KEEP_ALIVE = 1e9  # seconds, as the daemon's limit
+MIN_CONTEXT, MAX_CONTEXT, MAX_PARALLEL = 16, 1 << 24, 256  # daemon/protocol/model_settings.h
 MAX_U64 = (1 << 64) - 1
 MAX_TOKEN_ID = (1 << 31) - 1
 
@@ -83,6 +84,14 @@ def check_number(value: Any, what: str, lo: float, hi: float) -> Union[int, floa
 def check_bool(value: Any, what: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError("%s must be a bool, got %s" % (what, type(value).__name__))
+    return value
+
+
+def check_choice(value: Any, what: str, choices: Tuple[str, ...]) -> str:
+    if not isinstance(value, str):
+        raise TypeError("%s must be a str" % what)
+    if value not in choices:
+        raise ValueError("%s must be one of %s, not %r" % (what, ", ".join(choices), value))
     return value
 
 
@@ -209,15 +218,35 @@ def detokenize(model: Optional[str], tokens: Any) -> Msg:
     return msg
 
 
-def load(name: str, path: Any, keep_alive: Optional[float]) -> Msg:
-    msg: Msg = {"op": "load", "name": check_name(name), "path": check_path(path)}
-    if keep_alive is not None:
-        msg["keep_alive"] = check_number(keep_alive, "keep_alive", 0, MAX_KEEP_ALIVE)
+def model_settings(msg: Msg, settings: Dict[str, Any]) -> Msg:
+    """The per-model options of load and swap (tandem-protocol(7)); None leaves one to the
+    daemon's [model.NAME] table or its global setting. Device lists and ratios are checked there."""
+    for key, value in settings.items():
+        if value is None:
+            continue
+        if key == "keep_alive":
+            msg[key] = check_number(value, key, 0, MAX_KEEP_ALIVE)
+        elif key == "context":
+            msg[key] = check_int(value, key, MIN_CONTEXT, MAX_CONTEXT)
+        elif key == "parallel":
+            msg[key] = check_int(value, key, 1, MAX_PARALLEL)
+        elif key == "kv_type":
+            msg[key] = check_choice(value, key, ("f16", "q8_0", "f32"))
+        elif key == "split":
+            msg[key] = check_choice(value, key, ("layer", "tensor"))
+        elif key in ("gpus", "ratios"):
+            msg[key] = check_str(value, key, 1024, nonempty=True)
+        else:
+            raise TypeError("unknown model setting %r" % key)
     return msg
 
 
-def swap(name: str, path: Any) -> Msg:
-    return {"op": "swap", "name": check_name(name), "path": check_path(path)}
+def load(name: str, path: Any, **settings: Any) -> Msg:
+    return model_settings({"op": "load", "name": check_name(name), "path": check_path(path)}, settings)
+
+
+def swap(name: str, path: Any, **settings: Any) -> Msg:
+    return model_settings({"op": "swap", "name": check_name(name), "path": check_path(path)}, settings)
 
 
 def unload(name: str) -> Msg:

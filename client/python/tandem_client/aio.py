@@ -396,14 +396,20 @@ class AsyncClient:
     async def models(self) -> List[Dict[str, Any]]:
         return list((await self._call({"op": "models"})).get("models", []))
 
-    async def load(self, name: str, path: Any, *, keep_alive: Optional[float] = None) -> Dict[str, Any]:
-        return await self._call(rq.load(name, path, keep_alive))
+    async def load(self, name: str, path: Any, *, keep_alive: Optional[float] = None, context: Optional[int] = None,
+                   kv_type: Optional[str] = None, gpus: Optional[str] = None, split: Optional[str] = None,
+                   ratios: Optional[str] = None, parallel: Optional[int] = None) -> Dict[str, Any]:
+        return await self._call(rq.load(name, path, keep_alive=keep_alive, context=context, kv_type=kv_type,
+                                        gpus=gpus, split=split, ratios=ratios, parallel=parallel))
 
     async def unload(self, name: str) -> Dict[str, Any]:
         return await self._call(rq.unload(name))
 
-    async def swap(self, name: str, path: Any) -> Dict[str, Any]:
-        return await self._call(rq.swap(name, path))
+    async def swap(self, name: str, path: Any, *, keep_alive: Optional[float] = None, context: Optional[int] = None,
+                   kv_type: Optional[str] = None, gpus: Optional[str] = None, split: Optional[str] = None,
+                   ratios: Optional[str] = None, parallel: Optional[int] = None) -> Dict[str, Any]:
+        return await self._call(rq.swap(name, path, keep_alive=keep_alive, context=context, kv_type=kv_type,
+                                        gpus=gpus, split=split, ratios=ratios, parallel=parallel))
 
     async def status(self) -> Dict[str, Any]:
         return await self._call({"op": "status"})

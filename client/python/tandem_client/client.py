@@ -422,16 +422,24 @@ class Client:
         """One map per alias: name, path, state, default, queued, running, ... (tandem-protocol(7))."""
         return list(self._call({"op": "models"}).get("models", []))
 
-    def load(self, name: str, path: Any, *, keep_alive: Optional[float] = None) -> Dict[str, Any]:
-        """Loads a GGUF file (relative paths are taken from here) under a new alias; {name, model}."""
-        return self._call(rq.load(name, path, keep_alive))
+    def load(self, name: str, path: Any, *, keep_alive: Optional[float] = None, context: Optional[int] = None,
+             kv_type: Optional[str] = None, gpus: Optional[str] = None, split: Optional[str] = None,
+             ratios: Optional[str] = None, parallel: Optional[int] = None) -> Dict[str, Any]:
+        """Loads a GGUF file (relative paths are taken from here) under a new alias; {name, model}.
+        The settings left None come from the daemon's [model.NAME] table or its globals."""
+        return self._call(rq.load(name, path, keep_alive=keep_alive, context=context, kv_type=kv_type, gpus=gpus,
+                                  split=split, ratios=ratios, parallel=parallel))
 
     def unload(self, name: str) -> Dict[str, Any]:
         return self._call(rq.unload(name))
 
-    def swap(self, name: str, path: Any) -> Dict[str, Any]:
-        """Repoints an alias at a new GGUF file without dropping requests; {name, model}."""
-        return self._call(rq.swap(name, path))
+    def swap(self, name: str, path: Any, *, keep_alive: Optional[float] = None, context: Optional[int] = None,
+             kv_type: Optional[str] = None, gpus: Optional[str] = None, split: Optional[str] = None,
+             ratios: Optional[str] = None, parallel: Optional[int] = None) -> Dict[str, Any]:
+        """Repoints an alias at a new GGUF file without dropping requests; {name, model}. Settings
+        as load's (nothing carries over from the alias's earlier load)."""
+        return self._call(rq.swap(name, path, keep_alive=keep_alive, context=context, kv_type=kv_type, gpus=gpus,
+                                  split=split, ratios=ratios, parallel=parallel))
 
     def status(self) -> Dict[str, Any]:
         """version, pid, uptime, connections, in_flight, memory, devices, models."""

@@ -317,8 +317,9 @@ def test_load_unload_second_model(model):
     d = Daemon([("default", model)])
     try:
         with tc.Client(d.sock) as c:
-            r = c.load("second", second, keep_alive=600)
+            r = c.load("second", second, keep_alive=600, context=256, kv_type="q8_0", parallel=2)
             check(r["name"] == "second" and r["model"]["path"] == second, "load: %r" % r)
+            check(r["model"]["n_ctx"] == 256 and r["model"]["kv_type"] == "q8_0", "load settings: %r" % r)
             check(sorted(m["name"] for m in c.models()) == ["default", "second"], "models after load")
             g = c.generate("second", "hello", **GREEDY)
             check(g.model == "second" and g.generated_tokens >= 1, "generate on second: %r" % (g,))
@@ -334,8 +335,9 @@ def test_load_unload_second_model(model):
             check([m["name"] for m in c.models()] == ["default"], "models after unload: %r" % c.models())
             e = raises(tc.NotFoundError, c.generate, "second", "hello")
             check(e.code == "not_found" and "second" in e.message, "after unload: %r" % e)
-            r = c.swap("default", second)
+            r = c.swap("default", second, context=192)
             check(r["name"] == "default" and c.models()[0]["path"] == second, "swap: %r" % r)
+            check(r["model"]["n_ctx"] == 192, "swap settings: %r" % r)
             e = raises(tc.LoadFailedError, c.swap, "default", os.path.join(TMP, "missing.gguf"))
             check(e.code == "load_failed" and c.models()[0]["path"] == second, "failed swap: %r" % e)
     finally:
@@ -374,6 +376,11 @@ def test_errors(model):
         (ValueError, c.load, ("a/b", "/x.gguf"), {}),
         (ValueError, c.load, ("a", ""), {}),
         (ValueError, c.load, ("a", "/x.gguf"), {"keep_alive": -1}),
+        (ValueError, c.load, ("a", "/x.gguf"), {"context": 8}),
+        (ValueError, c.load, ("a", "/x.gguf"), {"kv_type": "q4"}),
+        (TypeError, c.load, ("a", "/x.gguf"), {"parallel": "2"}),
+        (ValueError, c.swap, ("a", "/x.gguf"), {"split": "rows"}),
+        (ValueError, c.swap, ("a", "/x.gguf"), {"gpus": ""}),
         (ValueError, c.swap, ("a", "/x\0.gguf"), {}),
         (ValueError, c.unload, ("",), {}),
         (ValueError, c.cancel, (-1,), {}),
