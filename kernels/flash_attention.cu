@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/arch.h"
+
 namespace tandem {
 namespace {
 
@@ -371,8 +373,7 @@ template <int D, class T>
 cudaError_t launch_tiles(const flash_params& p, int tiles, int n_head_kv, cudaStream_t stream) {
   constexpr int bytes = smem_layout<D>::bytes;
   // Set on every launch: the attribute is per device, and stages of a split run on several.
-  const cudaError_t e =
-      cudaFuncSetAttribute(flash_attention_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  const cudaError_t e = allow_dynamic_smem(flash_attention_kernel<D, T>, bytes);
   if (e != cudaSuccess) return e;
   flash_attention_kernel<D, T><<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(n_head_kv)), k_threads,
                                  bytes, stream>>>(p);

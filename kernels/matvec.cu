@@ -215,12 +215,11 @@ cudaError_t facts_of(device_facts& f) {
   std::atomic<int>* slot = dev >= 0 && dev < k_max_devices ? &cache[dev] : nullptr;
   int v = slot ? slot->load(std::memory_order_relaxed) : 0;
   if (v == 0) {
-    int per_sm = 0, sms = 0, major = 0;
+    int per_sm = 0, sms = 0;
     e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     if (e != cudaSuccess) return e;
-    v = std::max(1, per_sm) * std::max(1, sms) * 2 + (major >= 9 ? 1 : 0);
+    v = std::max(1, per_sm) * std::max(1, sms) * 2 + (kernel_arch() >= 90 ? 1 : 0);
     if (slot) slot->store(v, std::memory_order_relaxed);
   }
   f.resident = v / 2;

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <utility>
 
-#include "kernels/device_attribute.h"
+#include "kernels/arch.h"
 
 namespace tandem {
 
@@ -27,15 +27,15 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// Whether the current device runs programmatic dependent launches (compute capability 9+),
-// cached per device; TANDEM_CUDA_PDL=0 in the environment turns them off (to measure or rule
+// Whether the current device runs programmatic dependent launches: kernels built for sm_90+
+// (kernel_arch(): the device calls above are compiled in); TANDEM_CUDA_PDL=0 in the environment turns them off (to measure or rule
 // them out).
 inline bool pdl_supported() {
   static const bool off = [] {
     const char* e = std::getenv("TANDEM_CUDA_PDL");
     return e && e[0] == '0' && e[1] == 0;
   }();
-  return !off && device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
+  return !off && kernel_arch() >= 90;
 }
 
 // Launches kernel<<<grid, block, smem, s>>>(args...) as a programmatic dependent of the previous

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "kernels/arch.h"
 #include "kernels/device_attribute.h"
 #include "kernels/pdl.cuh"
 #include "kernels/quant_blocks.cuh"
@@ -403,8 +404,8 @@ __global__ void __launch_bounds__(256) qgemm_sum_kernel(const float* __restrict_
   }
 }
 
-// Whether the current device copies with cp.async (compute capability 8+).
-bool device_cp_async() { return device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 8; }
+// Whether the kernels copy with cp.async (built for compute capability 8+: kernel_arch()).
+bool device_cp_async() { return kernel_arch() >= 80; }
 
 // Launches one instantiation with its stages' shared memory, raising the kernel's dynamic shared
 // memory limit once per device (past 48 KiB it must be asked for).
@@ -416,8 +417,7 @@ cudaError_t launch_with_stages(const qgemm_params& p, dim3 grid, cudaStream_t s)
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= k_max_devices) return cudaErrorInvalidDevice;
   if (!(raised.load(std::memory_order_relaxed) >> dev & 1u)) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(qgemm_kernel<L, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    const cudaError_t e = allow_dynamic_smem(qgemm_kernel<L, NT>, static_cast<int>(bytes));
     if (e != cudaSuccess) return e;
     raised.fetch_or(uint64_t{1} << dev, std::memory_order_relaxed);
   }

@@ -5,44 +5,14 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-toolkit_bin=/usr/lib/nvidia-cuda-toolkit/bin
 install=1
 [[ "${1:-}" == "--no-install" ]] && install=0
 
-as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
-
-# Adds contrib and non-free to every Debian entry, in deb822 (.sources) or one-line (.list) form.
-enable_nonfree() {
-  local f
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [[ -f "$f" ]] || continue
-    as_root sed -i -E '/^Components:/{/non-free([[:space:]]|$)/!s/$/ non-free/}' "$f"
-    as_root sed -i -E '/^Components:/{/contrib/!s/$/ contrib/}' "$f"
-  done
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [[ -f "$f" ]] || continue
-    as_root sed -i -E '/^deb(-src)?[[:space:]].*debian/{/non-free([[:space:]]|$)/!s/$/ non-free/}' "$f"
-    as_root sed -i -E '/^deb(-src)?[[:space:]].*debian/{/contrib/!s/$/ contrib/}' "$f"
-  done
-}
-
-if [[ ! -x "$toolkit_bin/nvcc" ]] || ! command -v g++-11 >/dev/null; then
-  if [[ $install -eq 0 ]]; then
-    echo "check_sm70: $toolkit_bin/nvcc or g++-11 missing (install nvidia-cuda-toolkit g++-11)" >&2
-    exit 2
-  fi
-  t0=$SECONDS
-  enable_nonfree
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    nvidia-cuda-toolkit g++-11 >/dev/null
-  echo "check_sm70: toolkit install took $((SECONDS - t0)) s"
-fi
-
-# A PATH without /usr/local/cuda/bin: otherwise the 11.8 nvcc wrapper runs CUDA 13's ptxas,
-# which rejects sm_70.
-export PATH=$toolkit_bin:/usr/bin:/bin
+[[ $install -eq 0 ]] && export CUDA118_NO_INSTALL=1
+# shellcheck source=scripts/cuda118.sh
+source "$root/scripts/cuda118.sh" || exit 2
 nvcc --version | tail -1
+[[ ${#host_includes[@]} -gt 0 ]] && echo "check_sm70: ignoring CUDA headers in /usr/local/include"
 
 shopt -s nullglob
 sources=("$root"/kernels/*.cu)
@@ -51,17 +21,11 @@ if [[ ${#sources[@]} -eq 0 ]]; then
   exit 1
 fi
 
-# Some images symlink CUDA 13's headers into /usr/local/include, which g++ searches before
-# /usr/include (where Debian's 11.8 headers live). Then drop that directory: -nostdinc and
-# g++-11's own search list minus /usr/local/include, in the same order.
-host_includes=()
-if [[ -e /usr/local/include/crt || -e /usr/local/include/cuda_runtime.h ]]; then
-  host_includes=(-Xcompiler -nostdinc)
-  while read -r dir; do
-    [[ "$dir" == /usr/local/include ]] || host_includes+=(-isystem "$dir")
-  done < <(g++-11 -xc++ -E -v /dev/null 2>&1 | sed -n '/<...> search starts here/,/End of search/{/^ /s/^ //p}')
-  echo "check_sm70: ignoring CUDA headers in /usr/local/include"
-fi
+# nvcc takes -isystem itself but hands -nostdinc to the host compiler.
+nvcc_includes=()
+for f in "${host_includes[@]}"; do
+  if [[ "$f" == -nostdinc ]]; then nvcc_includes+=(-Xcompiler -nostdinc); else nvcc_includes+=("$f"); fi
+done
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -70,7 +34,7 @@ failed=0
 for src in "${sources[@]}"; do
   name=$(basename "$src" .cu)
   if nvcc -ccbin g++-11 -std=c++17 -arch=sm_70 -O2 -Xcompiler -Wall,-Wextra \
-      "${host_includes[@]}" -I "$root" -I "$root/engine" -c "$src" -o "$tmp/$name.o"; then
+      "${nvcc_includes[@]}" -I "$root" -I "$root/engine" -c "$src" -o "$tmp/$name.o"; then
     echo "ok    $name.cu (sm_70)"
   else
     echo "FAIL  $name.cu (sm_70)"

@@ -112,7 +112,7 @@ double time_us(F&& launch, bool graph = false) {
     cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
     for (int i = 0; i < reps; ++i) launch(i, s);
     cudaStreamEndCapture(s, &g);
-    cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphInstantiateWithFlags(&exec, g, 0);
     cudaGraphDestroy(g);
     cudaGraphLaunch(exec, s);
   }

@@ -32,7 +32,7 @@ status cuda_graph_cache::capture(const graph_key& key, cudaStream_t stream, cons
   const cudaError_t end = cudaStreamEndCapture(stream, &graph);
   cudaGraphExec_t exec = nullptr;
   bool ok = st.ok() && end == cudaSuccess && graph;
-  if (ok) ok = cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  if (ok) ok = cudaGraphInstantiateWithFlags(&exec, graph, 0) == cudaSuccess;
   if (graph) cudaGraphDestroy(graph);
   if (!ok) {
     (void)cudaGetLastError();  // the failed capture's sticky-free error
