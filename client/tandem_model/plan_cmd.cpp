@@ -1,10 +1,12 @@
 // `tandem-model plan (--model F.gguf | --preset NAME [--type T]) --devices SPEC [...]`: computes
 // the memory plan without touching a GPU's memory (CUDA device ids only have their free memory
 // read). A preset plans for a model shape that is not on disk, typed by llama.cpp's mixture rule.
+// On named GPU models (v100-16gb, ...) the plan ends with the speed model's estimate.
 #include "plan_cmd.h"
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "plan/plan_parse.h"
 #include "plan/plan_report.h"
 #include "plan/shape_model.h"
+#include "plan/speed_model.h"
 #include "presets.h"
 #include "quant_mix.h"
 
@@ -52,11 +55,23 @@ device_spec resolve(const device_request& r) {
 #endif
 }
 
-plan_options options_from(const plan_args& a) {
+// The GPU model of each device, when every device is one (else empty). Their default ratios
+// then balance by spec bandwidth instead of treating the devices as equally fast.
+std::vector<const gpu_model*> named_models(const std::vector<device_request>& reqs, plan_options& o) {
+  std::vector<const gpu_model*> gpus;
+  for (const auto& r : reqs)
+    if (r.gpu) gpus.push_back(r.gpu);
+  if (gpus.size() != reqs.size()) return {};
+  for (size_t d = 0; d < gpus.size(); ++d) o.devices[d].speed = gpus[d]->bandwidth / gpus[0]->bandwidth;
+  return gpus;
+}
+
+plan_options options_from(const plan_args& a, std::vector<const gpu_model*>& gpus) {
   plan_options o;
   auto reqs = parse_device_list(a.devices);
   if (!reqs) usage_error("--devices", reqs.message());
   for (const auto& r : *reqs) o.devices.push_back(resolve(r));
+  gpus = named_models(*reqs, o);
   auto kv = type_from_name(a.kv);
   if (!kv || (*kv != ggml_type::f16 && *kv != ggml_type::f32 && *kv != ggml_type::q8_0))
     usage_error("--kv", "unknown KV type '" + a.kv + "' (use f16, f32 or q8_0)");
@@ -118,7 +133,8 @@ std::unique_ptr<shape_model> preset_model(const std::string& name, const std::st
 
 void run_plan(const plan_args& a) {
   if (a.model.empty() == a.preset.empty()) usage_error("--model", "give either --model FILE.gguf or --preset NAME");
-  plan_options o = options_from(a);
+  std::vector<const gpu_model*> gpus;
+  plan_options o = options_from(a, gpus);
   loaded_model file_model;
   std::unique_ptr<shape_model> shape;
   const model_desc* desc = nullptr;
@@ -133,7 +149,15 @@ void run_plan(const plan_args& a) {
   }
   auto p = make_memory_plan(*desc, o);
   if (!p) fail(p.message());
-  const std::string out = a.json ? plan_to_json(*desc, *p, a.tensors) : plan_to_text(*desc, *p);
+  // No speed for a plan that does not fit: it would not run at all.
+  std::optional<speed_estimate> speed;
+  if (!gpus.empty() && p->fits) {
+    auto e = estimate_speed(*desc, *p, gpus);
+    if (!e) fail(e.message());
+    speed = std::move(*e);
+  }
+  const speed_estimate* sp = speed ? &*speed : nullptr;
+  const std::string out = a.json ? plan_to_json(*desc, *p, a.tensors, sp) : plan_to_text(*desc, *p, sp);
   std::fputs(out.c_str(), stdout);
   std::fflush(stdout);
   if (!p->fits) throw CLI::RuntimeError(k_plan_does_not_fit);
@@ -144,14 +168,16 @@ void run_plan(const plan_args& a) {
 void add_plan_command(CLI::App& app) {
   auto a = std::make_shared<plan_args>();
   CLI::App* cmd = app.add_subcommand(
-      "plan", "Memory plan of a model on a list of devices: bytes per device by category, whether it fits, why not "
-              "(exit 0: fits, 3: does not fit, 2: bad usage)");
+      "plan", "Memory plan of a model on a list of devices: bytes per device by category, whether it fits, why not; "
+              "on named GPU models also the expected speed, a model (exit 0: fits, 3: does not fit, 2: bad usage)");
   cmd->add_option("-m,--model", a->model, "GGUF model file");
   cmd->add_option("--preset", a->preset, "Plan for a preset shape instead of a file (e.g. qwen3-32b)");
   cmd->add_option("--type", a->type, "File type of the preset's tensors (default Q4_K_M)");
   cmd->add_option("--devices", a->devices,
-                  "CUDA ids with optional caps (0,1 or 0=16GiB,1=32GiB) or sizes of devices not in this "
-                  "machine (16GiB,32GiB)")
+                  "CUDA ids with optional caps (0,1 or 0=16GiB,1=32GiB), sizes of devices not in this "
+                  "machine (16GiB,32GiB), or GPU models not in this machine (" + gpu_model_names() +
+                      "; v100-32gb=20GiB caps one); on GPU models alone the plan ends with an expected speed "
+                      "(a model, not a measurement)")
       ->required();
   cmd->add_option("--ctx", a->ctx, "Context size per sequence (default: the model's training context)");
   cmd->add_option("--seqs", a->seqs, "Sequences the KV cache holds at full context (default 1)")

@@ -89,7 +89,9 @@ result<uint64_t> parse_byte_size(std::string_view text) {
 }
 
 result<std::vector<device_request>> parse_device_list(std::string_view spec) {
-  if (trim(spec).empty()) return make_error("--devices is empty (give CUDA ids like 0,1 or sizes like 16GiB,32GiB)");
+  if (trim(spec).empty())
+    return make_error("--devices is empty (give CUDA ids like 0,1, sizes like 16GiB,32GiB or GPU models: ",
+                      gpu_model_names(), ")");
   std::vector<device_request> out;
   std::set<int> ids;
   for (std::string_view item : split_commas(spec)) {
@@ -98,19 +100,30 @@ result<std::vector<device_request>> parse_device_list(std::string_view spec) {
     if (item.empty()) return make_error("--devices '", spec, "' has an empty item");
     const size_t eq = item.find('=');
     const std::string_view head = trim(item.substr(0, eq));
-    if (eq != std::string_view::npos || (all_digits(head) && head.size() == item.size())) {
+    // The cap after '=' (of an id or a model); 0 without one.
+    auto cap = [&]() -> result<uint64_t> {
+      if (eq == std::string_view::npos) return uint64_t{0};
+      auto c = parse_byte_size(item.substr(eq + 1));
+      if (!c) return make_error("device '", item, "': cap ", c.message());
+      return *c;
+    };
+    if ((r.gpu = find_gpu_model(head))) {
+      auto c = cap();
+      if (!c) return c.err();
+      r.bytes = *c;
+    } else if (eq != std::string_view::npos || (all_digits(head) && head.size() == item.size())) {
       if (!all_digits(head))
-        return make_error("device '", item, "': '", head, "' is not a CUDA device id (a number like 0)");
+        return make_error("device '", item, "': '", head, "' is not a CUDA device id (a number like 0) or a GPU ",
+                          "model (", gpu_model_names(), ")");
       r.cuda_id = std::stoi(std::string(head));
       if (!ids.insert(r.cuda_id).second) return make_error("device id ", r.cuda_id, " is listed twice in --devices");
-      if (eq != std::string_view::npos) {
-        auto cap = parse_byte_size(item.substr(eq + 1));
-        if (!cap) return make_error("device '", item, "': cap ", cap.message());
-        r.bytes = *cap;
-      }
+      auto c = cap();
+      if (!c) return c.err();
+      r.bytes = *c;
     } else {
       auto size = parse_byte_size(item);
-      if (!size) return make_error("device '", item, "': ", size.message());
+      if (!size)
+        return make_error("device '", item, "': ", size.message(), "; or a GPU model (", gpu_model_names(), ")");
       r.bytes = *size;
     }
     out.push_back(std::move(r));
@@ -140,9 +153,10 @@ result<split_mode> parse_split_mode(std::string_view text) {
 device_spec sized_device(const device_request& r) {
   device_spec d;
   d.cuda_id = -1;
-  d.name = r.text;
-  d.total_bytes = r.bytes;
-  d.free_bytes = r.bytes;
+  d.name = r.gpu ? std::string(r.gpu->name) : r.text;
+  d.total_bytes = r.gpu ? r.gpu->memory_bytes : r.bytes;
+  d.free_bytes = d.total_bytes;
+  d.cap_bytes = r.gpu ? r.bytes : 0;
   return d;
 }
 

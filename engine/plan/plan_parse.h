@@ -8,15 +8,18 @@
 #include <vector>
 
 #include "core/result.h"
+#include "plan/gpu_model.h"
 #include "plan/plan_options.h"
 
 namespace tandem {
 
-// One item of a --devices list: a CUDA device id with an optional cap ("0", "0=16GiB") or the
-// size of a device that is not in this machine ("16GiB").
+// One item of a --devices list: a CUDA device id with an optional cap ("0", "0=16GiB"), the
+// size of a device that is not in this machine ("16GiB"), or a named GPU model that is not in
+// this machine, with an optional cap ("v100-16gb", "v100-32gb=20GiB"; plan/gpu_model.h).
 struct device_request {
-  int cuda_id = -1;    // -1: a size only
-  uint64_t bytes = 0;  // the cap (with an id) or the device size (without); 0: none given
+  int cuda_id = -1;    // -1: a size or a GPU model
+  uint64_t bytes = 0;  // the cap (with an id or a model) or the device size (without); 0: none given
+  const gpu_model* gpu = nullptr;  // the named model, sized from its table entry
   std::string text;    // the item as written, for messages
 };
 
@@ -24,7 +27,8 @@ struct device_request {
 // decimal: KB MB GB TB; no unit (or B): bytes. Case-insensitive; the value must be positive.
 result<uint64_t> parse_byte_size(std::string_view text);
 
-// Comma-separated device items; duplicates of one CUDA id are refused.
+// Comma-separated device items; duplicates of one CUDA id are refused (of a GPU model they are
+// several cards of that model).
 result<std::vector<device_request>> parse_device_list(std::string_view spec);
 
 // "1,1.75": positive finite numbers.
@@ -33,7 +37,8 @@ result<std::vector<double>> parse_ratio_list(std::string_view text);
 // "none", "layer" or "tensor".
 result<split_mode> parse_split_mode(std::string_view text);
 
-// A hypothetical device of `bytes` (all of it free), named after the request.
+// A hypothetical device (all of it free): of `bytes`, named after the request, or of a GPU
+// model's memory with the request's cap, named after the model.
 device_spec sized_device(const device_request& r);
 
 // A CUDA device of this machine as its memory was read (cudaMemGetInfo inside this process's

@@ -1,4 +1,4 @@
-// Text and JSON renderings of a memory plan.
+// Text and JSON renderings of a memory plan and of its speed estimate.
 #include "plan/plan_report.h"
 
 #include <cstdio>
@@ -85,9 +85,108 @@ std::string ratio_text(const std::vector<double>& r) {
   return out;
 }
 
+// "1,152" from a thousand up, "33.9" below.
+std::string rate_text(double v) {
+  char buf[32];
+  if (!(v >= 1000)) {
+    std::snprintf(buf, sizeof buf, "%.1f", v);
+    return buf;
+  }
+  std::snprintf(buf, sizeof buf, "%.0f", v);
+  std::string digits = buf, out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string figures_text(const speed_figures& f) {
+  std::string out = "decode " + rate_text(f.decode_tok_s) + " tok/s";
+  for (size_t i = 0; i < k_prefill_lengths.size(); ++i)
+    out += ", pp" + std::to_string(k_prefill_lengths[i]) + " " + rate_text(f.prefill_tok_s[i]) + " tok/s";
+  return out;
+}
+
+// The closing section: headline figures (also through host memory for a tensor split, whose
+// exchange is the part that link decides), then what they assume.
+std::string speed_text(const memory_plan& p, const speed_estimate& e) {
+  std::ostringstream os;
+  char line[640];
+  os << "\nexpected speed (a model, not a measurement: H200-calibrated fractions of spec bandwidth / fp16 rate):\n";
+  if (e.n_used < 2) {
+    os << "  " << figures_text(e.peer) << "\n";
+  } else {
+    std::snprintf(line, sizeof line, "  %s (peer access, link %.1f GB/s)\n", figures_text(e.peer).c_str(),
+                  e.peer.link_bytes_per_s / 1e9);
+    os << line;
+    if (p.split == split_mode::tensor) {
+      std::snprintf(line, sizeof line, "  %s (through host memory, no peer access: %.1f GB/s)\n",
+                    figures_text(e.host).c_str(), e.host.link_bytes_per_s / 1e9);
+      os << line;
+    }
+  }
+  const auto& c = e.calibration;
+  std::snprintf(line, sizeof line,
+                "  assumes each device reaches %.1f%% of its spec bandwidth (decode: batch 1, tg%u) and "
+                "%.1f%% / %.1f%% of its spec fp16 rate (pp%u / pp%u), as the kernels do on %s",
+                100 * c.decode, k_decode_tokens, 100 * c.prefill[0], 100 * c.prefill[1], k_prefill_lengths[0],
+                k_prefill_lengths[1], std::string(c.source).c_str());
+  os << line;
+  if (e.n_used > 1) {
+    std::snprintf(line, sizeof line, "; %s per decode token and %s per prompt token cross the link, "
+                  "latency and overlap not counted", plan_bytes_text(uint64_t(e.decode_link_bytes)).c_str(),
+                  plan_bytes_text(uint64_t(e.prefill_link_bytes)).c_str());
+    os << line;
+  }
+  os << "\n";
+  return os.str();
+}
+
+json prefill_json(const std::array<double, 2>& v) {
+  json j;
+  for (size_t i = 0; i < k_prefill_lengths.size(); ++i) j[std::to_string(k_prefill_lengths[i])] = v[i];
+  return j;
+}
+
+json figures_json(const speed_figures& f) {
+  return {{"link_bytes_per_s", f.link_bytes_per_s},
+          {"decode_tok_s", f.decode_tok_s},
+          {"prefill_tok_s", prefill_json(f.prefill_tok_s)}};
+}
+
+json speed_json(const speed_estimate& e) {
+  const auto& c = e.calibration;
+  json j;
+  j["note"] = "a model, not a measurement: each device's share of a token's bytes and FLOPs over its spec "
+              "bandwidth and fp16 rate times the fractions of those the kernels reach on one H200";
+  j["calibration"] = {{"source", std::string(c.source)},
+                      {"decode_of_spec_bandwidth", c.decode},
+                      {"prefill_of_spec_fp16", prefill_json(c.prefill)}};
+  j["decode_tokens"] = k_decode_tokens;
+  j["devices"] = json::array();
+  for (size_t d = 0; d < e.devices.size(); ++d) {
+    const device_cost& dc = e.devices[d];
+    const gpu_model* g = e.gpus[d];
+    j["devices"].push_back({{"index", d},
+                            {"gpu", g ? json(std::string(g->name)) : json(nullptr)},
+                            {"bandwidth_bytes_per_s", g ? json(g->bandwidth) : json(nullptr)},
+                            {"fp16_flops", g ? json(g->fp16_flops) : json(nullptr)},
+                            {"decode_bytes_per_token", dc.decode_bytes()},
+                            {"weight_bytes", dc.weight_bytes},
+                            {"state_bytes", dc.state_bytes},
+                            {"kv_bytes", dc.kv_bytes},
+                            {"prefill_flops_per_token", prefill_json(dc.prefill_flops)}});
+  }
+  j["link_bytes_per_token"] = {{"decode", e.decode_link_bytes}, {"prefill", e.prefill_link_bytes}};
+  j["peer"] = figures_json(e.peer);
+  j["host_staged"] = figures_json(e.host);
+  return j;
+}
+
 }  // namespace
 
-std::string plan_to_json(const model_desc& desc, const memory_plan& p, bool with_tensors) {
+std::string plan_to_json(const model_desc& desc, const memory_plan& p, bool with_tensors, const speed_estimate* speed) {
   const auto& hp = desc.hp;
   json j;
   j["model"] = {{"arch", std::string(desc.arch->name)}, {"n_layer", hp.n_layer},     {"n_head", hp.n_head},
@@ -152,6 +251,7 @@ std::string plan_to_json(const model_desc& desc, const memory_plan& p, bool with
   j["fits"] = p.fits;
   j["reasons"] = p.reasons;
   j["notes"] = p.notes;
+  if (speed) j["speed_model"] = speed_json(*speed);
   if (with_tensors) {
     j["tensors"] = json::array();
     for (const auto& t : p.tensors) {
@@ -164,7 +264,7 @@ std::string plan_to_json(const model_desc& desc, const memory_plan& p, bool with
   return j.dump(2) + "\n";
 }
 
-std::string plan_to_text(const model_desc& desc, const memory_plan& p) {
+std::string plan_to_text(const model_desc& desc, const memory_plan& p, const speed_estimate* speed) {
   const auto& hp = desc.hp;
   std::ostringstream os;
   char line[512];
@@ -238,6 +338,7 @@ std::string plan_to_text(const model_desc& desc, const memory_plan& p) {
   os << "\n" << (p.fits ? "fits: yes\n" : "fits: no\n");
   for (const auto& r : p.reasons) os << "  " << r << "\n";
   for (const auto& n : p.notes) os << "note: " << n << "\n";
+  if (speed) os << speed_text(p, *speed);
   return os.str();
 }
 

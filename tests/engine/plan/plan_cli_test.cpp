@@ -84,6 +84,38 @@ TEST_F(PlanCli, Qwen35_27B_Q6K_FitsTwoCardsTensorSplit) {
   }
 }
 
+// GPU model names size the devices and add the labelled speed estimate; sizes alone do not.
+TEST_F(PlanCli, GpuModelsAddTheExpectedSpeed) {
+  const std::string args =
+      "plan --preset qwen3.5-27b --type Q6_K --devices v100-16gb,v100-32gb --split tensor --ctx 16384";
+  const run_result r = run(args);
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_TRUE(has(r.out, "0 v100-16gb")) << r.out;
+  EXPECT_TRUE(has(r.out, "expected speed (a model, not a measurement")) << r.out;
+  EXPECT_TRUE(has(r.out, "(peer access, link 12.0 GB/s)")) << r.out;
+  EXPECT_TRUE(has(r.out, "(through host memory, no peer access: 6.0 GB/s)")) << r.out;
+  const run_result js = run(args + " --json");
+  ASSERT_EQ(js.code, 0) << js.err;
+  const json j = json::parse(js.out);
+  ASSERT_TRUE(j.contains("speed_model")) << js.out;
+  const auto& s = j["speed_model"];
+  EXPECT_GT(s["peer"]["decode_tok_s"].get<double>(), s["host_staged"]["decode_tok_s"].get<double>());
+  EXPECT_GT(s["peer"]["prefill_tok_s"]["2048"].get<double>(), s["peer"]["prefill_tok_s"]["16384"].get<double>());
+  EXPECT_EQ(s["devices"][1]["gpu"], "v100-32gb");
+  EXPECT_EQ(j["devices"][0]["total_bytes"].get<uint64_t>(), 16945512448ull);
+
+  const run_result sizes = run("plan --preset qwen3.5-27b --type Q6_K --devices 16GiB,32GiB --ctx 16384");
+  EXPECT_EQ(sizes.code, 0) << sizes.err;
+  EXPECT_FALSE(has(sizes.out, "expected speed")) << sizes.out;
+  // A plan that does not fit gets no speed.
+  const run_result small = run("plan --preset qwen3.5-27b --type Q6_K --devices v100-16gb --ctx 16384");
+  EXPECT_EQ(small.code, 3) << small.err;
+  EXPECT_FALSE(has(small.out, "expected speed")) << small.out;
+  const run_result unknown = run("plan --preset qwen3-8b --devices a100-80gb");
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_TRUE(has(unknown.err, "v100-16gb, v100-32gb, h200")) << unknown.err;
+}
+
 TEST_F(PlanCli, BadUsageExitsTwo) {
   struct bad_case {
     std::string args, message;
