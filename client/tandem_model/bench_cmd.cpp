@@ -42,6 +42,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ceilings.h"
 #include "backend/cuda/cuda_profile.h"
+#include "backend/cuda/cuda_upload.h"
 #endif
 
 namespace tandem {
@@ -472,8 +473,8 @@ std::unique_ptr<backend> open_cuda_target(const bench_options& o, const model_de
   t.backend_name = "CUDA";
   t.device = ls.device_name;
   char buf[256];
-  std::snprintf(buf, sizeof buf, "upload: %.2f GB in %.2f s (%.2f GB/s through pinned staging)", ls.bytes / 1e9,
-                ls.seconds, ls.bytes / ls.seconds / 1e9);
+  std::snprintf(buf, sizeof buf, "upload: %.2f GB in %.2f s (%.2f GB/s, %d threads through pinned staging)",
+                ls.bytes / 1e9, ls.seconds, ls.bytes / ls.seconds / 1e9, upload_threads(bo.upload_threads));
   t.info.push_back(buf);
   t.json["upload"] = {{"bytes", ls.bytes}, {"seconds", ls.seconds}, {"gb_per_s", ls.bytes / ls.seconds / 1e9}};
   t.state_bytes_per_token = (*be)->state_bytes_per_token();

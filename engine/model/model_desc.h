@@ -26,6 +26,9 @@ struct model_desc {
 // with. The file must outlive the returned description.
 result<model_desc> bind_model(const gguf_file& file);
 
+// File bytes of every tensor the description binds (the tied output head once).
+uint64_t model_tensor_bytes(const model_desc& d);
+
 // A GGUF file together with its bound description, kept at a stable address.
 struct loaded_model {
   std::unique_ptr<gguf_file> file;

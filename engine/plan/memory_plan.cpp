@@ -356,15 +356,7 @@ result<memory_plan> make_memory_plan(const model_desc& desc, const plan_options&
     for (size_t d = 1; d < n; ++d)
       if (capacity_of(o.devices[d], o.rt) > capacity_of(o.devices[p.main_device], o.rt)) p.main_device = int(d);
   }
-  for (const gguf_tensor* t : {desc.token_embd, desc.output_norm}) p.model_tensor_bytes += t->n_bytes;
-  if (!desc.hp.tied_output) p.model_tensor_bytes += desc.output->n_bytes;
-  for (const auto& l : desc.layers)
-    for (const gguf_tensor* t : {l.attn_norm, l.wq, l.wk, l.wv, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.wo, l.dn_qkv,
-                                 l.dn_gate, l.dn_conv, l.dn_dt_bias, l.dn_a, l.dn_beta, l.dn_alpha, l.dn_norm, l.dn_out,
-                                 l.ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down, l.ffn_gate_inp, l.ffn_gate_exps,
-                                 l.ffn_up_exps, l.ffn_down_exps, l.ffn_gate_inp_shexp, l.ffn_gate_shexp,
-                                 l.ffn_up_shexp, l.ffn_down_shexp})
-      if (t) p.model_tensor_bytes += t->n_bytes;
+  p.model_tensor_bytes = model_tensor_bytes(desc);
 
   std::vector<double> shares(n, 0);
   if (o.split == split_mode::none) {

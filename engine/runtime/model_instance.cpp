@@ -121,13 +121,17 @@ void fill_cuda_options(const gpu_split& s, cuda_backend_options& co) {
 }
 #endif
 
-result<std::unique_ptr<backend>> make_backend(const model_desc& desc, const instance_options& opt) {
+namespace {
+
+// The backend opt asks for; make_backend wraps it with the load's progress.
+result<std::unique_ptr<backend>> build_backend(const model_desc& desc, const instance_options& opt) {
   if (!opt.gpus.empty()) {
     auto split = plan_gpu_split(desc, opt.gpus, opt.ratios, opt.split, opt.cache);
     if (!split) return split.err();
 #ifdef TANDEM_HAVE_CUDA_BACKEND
     cuda_backend_options co;
     fill_cuda_options(*split, co);
+    co.progress = opt.progress;
     auto be = make_cuda_backend(desc, co);
     if (!be) return be.err();
     return std::unique_ptr<backend>(std::move(be.value()));
@@ -151,12 +155,25 @@ result<std::unique_ptr<backend>> make_backend(const model_desc& desc, const inst
   TANDEM_TRY(check_gpu_fit(desc, measured_device(rq, mem->name, mem->total_bytes, mem->free_bytes), opt.cache));
   cuda_backend_options co;
   co.device = opt.gpu;
+  co.progress = opt.progress;
   auto be = make_cuda_backend(desc, co);
   if (!be) return be.err();
   return std::unique_ptr<backend>(std::move(be.value()));
 #else
   return make_error("GPU ", opt.gpu, " requested, but this build has no CUDA backend");
 #endif
+}
+
+}  // namespace
+
+// Progress counts the file's tensor bytes: the GPU uploads add what they copy (a split's shards,
+// the tied head once), the CPU backend reads the mapping in place; either way done ends at total.
+result<std::unique_ptr<backend>> make_backend(const model_desc& desc, const instance_options& opt) {
+  const uint64_t total = model_tensor_bytes(desc);
+  if (opt.progress) opt.progress->start(total);
+  auto be = build_backend(desc, opt);
+  if (be && opt.progress) opt.progress->done_bytes.store(total, std::memory_order_relaxed);
+  return be;
 }
 
 result<std::unique_ptr<model_instance>> model_instance::open(const std::string& path,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/load_progress.h"
 #include "core/result.h"
 #include "model/model_desc.h"
 #include "plan/plan_options.h"
@@ -25,6 +26,9 @@ struct instance_options {
   unsigned n_threads = 0;  // CPU backend: 0 = all cores
   kv_cache_config cache;   // n_ctx 0: the model's training context
   bool ctx_within_training = false;  // also cap a larger n_ctx at the model's training context
+  // Where the load reports the weight bytes placed so far (GPU uploads; a CPU load places its
+  // mapping at once); must outlive the open. nullptr: not reported.
+  load_progress* progress = nullptr;
 };
 
 // A split over CUDA devices as the memory plan lays it out (gpus, ratios and split as in

@@ -49,7 +49,11 @@ status cuda_backend::init(const cuda_backend_options& opt) {
   head_int8_ = head && std::string_view(head) == "1";
   const char* head_float = std::getenv("TANDEM_CUDA_HEAD_FLOAT");
   head_float_ = head_float && std::string_view(head_float) == "1";
-  TANDEM_TRY(upload_weights(desc_, *ctx_, opt.staging_bytes, range_, w_, stats_));
+  upload_options up;
+  up.slot_bytes = opt.staging_bytes;
+  up.threads = opt.upload_threads;
+  up.progress = opt.progress;
+  TANDEM_TRY(upload_weights(desc_, *ctx_, up, range_, w_, stats_));
   TANDEM_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   bytes_per_token_ = range_.head ? desc_.output->n_bytes : 0;
   int64_t largest = range_.head ? desc_.output->dims[0] * 256 : 0;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/load_progress.h"
 
 namespace tandem {
 
@@ -37,7 +38,11 @@ struct cuda_backend_options {
   // How a tensor split's devices exchange partial sums: auto, peer, host or nccl (see
   // cuda_collective.h). Empty: the TANDEM_CUDA_EXCHANGE environment variable, else auto.
   std::string exchange;
-  size_t staging_bytes = 64ull << 20;  // each of the two pinned upload buffers
+  // The weight upload (cuda_upload.h): threads (0: TANDEM_CUDA_UPLOAD_THREADS, else 4), each with two
+  // pinned buffers of staging_bytes; progress, when set, gets the bytes as they are queued.
+  int upload_threads = 0;
+  size_t staging_bytes = 32ull << 20;
+  load_progress* progress = nullptr;
   // Replay decode steps as captured CUDA graphs (the environment variable TANDEM_CUDA_GRAPHS=0
   // turns them off too, for measuring what they save).
   bool graphs = true;

@@ -1,5 +1,6 @@
-// Weight upload for the CUDA backend: one device allocation for all matrices, filled through two
-// pinned staging buffers so the host copy out of the mapping overlaps the PCIe transfer.
+// Weight upload for the CUDA backend: one device allocation for all matrices, filled by
+// upload_pieces (several threads, each copying out of the mapping into its own pinned buffers
+// while the previous copies cross the bus).
 #include "backend/cuda/cuda_weights.h"
 
 #include <algorithm>
@@ -17,65 +18,6 @@ namespace {
 constexpr uint64_t k_align = 256;
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
-// Copies host bytes to device memory through the staging buffers; events keep a buffer from being
-// overwritten while its previous transfer is still in flight.
-class stager {
- public:
-  stager(const cuda_context& ctx, size_t bytes) : ctx_(ctx), bytes_(bytes) {}
-  ~stager() {
-    for (auto& e : done_)
-      if (e) TANDEM_CUDA_LOG(cudaEventDestroy(e));
-  }
-
-  status init() {
-    for (int i = 0; i < 2; ++i) {
-      TANDEM_TRY(buf_[i].ensure(bytes_));
-      TANDEM_CUDA_TRY(cudaEventCreateWithFlags(&done_[i], cudaEventDisableTiming));
-    }
-    return {};
-  }
-
-  // n_rows pieces of len bytes, src_pitch apart on the host, packed back to back at dst (a
-  // column cut of a matrix); whole rows per transfer.
-  status copy_strided(uint8_t* dst, const uint8_t* src, uint64_t n_rows, uint64_t src_pitch, uint64_t len) {
-    if (len > bytes_) {
-      for (uint64_t r = 0; r < n_rows; ++r) TANDEM_TRY(copy(dst + r * len, src + r * src_pitch, len));
-      return {};
-    }
-    const uint64_t per = bytes_ / len;
-    for (uint64_t r0 = 0; r0 < n_rows; r0 += per) {
-      const uint64_t n = std::min(per, n_rows - r0);
-      TANDEM_CUDA_TRY(cudaEventSynchronize(done_[next_]));
-      auto* buf = buf_[next_].get<uint8_t>();
-      for (uint64_t r = 0; r < n; ++r) std::memcpy(buf + r * len, src + (r0 + r) * src_pitch, len);
-      TANDEM_CUDA_TRY(cudaMemcpyAsync(dst + r0 * len, buf, n * len, cudaMemcpyHostToDevice, ctx_.stream()));
-      TANDEM_CUDA_TRY(cudaEventRecord(done_[next_], ctx_.stream()));
-      next_ ^= 1;
-    }
-    return {};
-  }
-
-  status copy(uint8_t* dst, const uint8_t* src, uint64_t n) {
-    while (n > 0) {
-      const uint64_t piece = n < bytes_ ? n : bytes_;
-      TANDEM_CUDA_TRY(cudaEventSynchronize(done_[next_]));
-      std::memcpy(buf_[next_].get(), src, piece);
-      TANDEM_CUDA_TRY(cudaMemcpyAsync(dst, buf_[next_].get(), piece, cudaMemcpyHostToDevice, ctx_.stream()));
-      TANDEM_CUDA_TRY(cudaEventRecord(done_[next_], ctx_.stream()));
-      next_ ^= 1;
-      dst += piece, src += piece, n -= piece;
-    }
-    return {};
-  }
-
- private:
-  const cuda_context& ctx_;
-  size_t bytes_;
-  pinned_buffer buf_[2];
-  cudaEvent_t done_[2] = {nullptr, nullptr};
-  int next_ = 0;
-};
 
 status check_matrix(const gguf_tensor* t) {
   if (!t) return make_error("CUDA backend: a required weight is missing");
@@ -122,18 +64,17 @@ uint64_t cut_bytes(const gguf_tensor& t, const matrix_cut& c) {
   return t.n_bytes;
 }
 
-status upload_cut(stager& st, const gguf_tensor& t, const matrix_cut& c, uint8_t* base) {
+// The host bytes of a matrix's cut and where they go.
+upload_piece piece_of(const gguf_tensor& t, const matrix_cut& c, uint8_t* base) {
   const uint64_t rb = row_bytes(t.type, t.dims[0]).value_or(0);
   switch (c.kind) {
-    case cut_kind::rows: return st.copy(base + c.offset, t.data + c.begin * rb, (c.end - c.begin) * rb);
-    case cut_kind::columns: {
-      const uint64_t skip = row_bytes(t.type, c.begin).value_or(0);
-      return st.copy_strided(base + c.offset, t.data + skip, n_rows_of(t), rb,
-                             row_bytes(t.type, c.end - c.begin).value_or(0));
-    }
+    case cut_kind::rows: return {base + c.offset, t.data + c.begin * rb, 1, 0, (c.end - c.begin) * rb};
+    case cut_kind::columns:
+      return {base + c.offset, t.data + row_bytes(t.type, c.begin).value_or(0), n_rows_of(t), rb,
+              row_bytes(t.type, c.end - c.begin).value_or(0)};
     case cut_kind::whole: break;
   }
-  return st.copy(base + c.offset, t.data, t.n_bytes);
+  return {base + c.offset, t.data, 1, 0, t.n_bytes};
 }
 
 device_matrix matrix_at(const gguf_tensor& t, const uint8_t* base, const matrix_cut& c) {
@@ -258,7 +199,7 @@ status add_layer(const layer_weights& l, layer_kind kind, const layer_cut& c, cu
 
 }  // namespace
 
-status upload_weights(const model_desc& desc, const cuda_context& ctx, size_t staging_bytes,
+status upload_weights(const model_desc& desc, const cuda_context& ctx, const upload_options& up,
                       const weight_range& range, device_weights& w, cuda_load_stats& stats) {
   const auto t0 = std::chrono::steady_clock::now();
   const uint32_t lb = range.layer_begin, le = std::min<uint32_t>(range.layer_end, uint32_t(desc.layers.size()));
@@ -278,17 +219,18 @@ status upload_weights(const model_desc& desc, const cuda_context& ctx, size_t st
   TANDEM_TRY(w.vectors.alloc(vecs.data.size() * sizeof(float)));
   auto* base = w.matrices.get<uint8_t>();
   uint64_t copied = 0;
-  {
-    stager st(ctx, staging_bytes);
-    TANDEM_TRY(st.init());
-    for (const auto& [t, c] : mats.items) {
-      TANDEM_TRY(upload_cut(st, *t, c, base));
-      copied += cut_bytes(*t, c);
-    }
-    TANDEM_CUDA_TRY(cudaMemcpyAsync(w.vectors.get(), vecs.data.data(), vecs.data.size() * sizeof(float),
-                                    cudaMemcpyHostToDevice, ctx.stream()));
-    TANDEM_CUDA_TRY(cudaStreamSynchronize(ctx.stream()));
+  std::vector<upload_piece> pieces;
+  pieces.reserve(mats.items.size());
+  for (const auto& [t, c] : mats.items) {
+    pieces.push_back(piece_of(*t, c, base));
+    copied += pieces.back().bytes();
   }
+  upload_options o = up;
+  o.device = ctx.device();
+  TANDEM_TRY(upload_pieces(pieces, o));
+  TANDEM_CUDA_TRY(cudaMemcpyAsync(w.vectors.get(), vecs.data.data(), vecs.data.size() * sizeof(float),
+                                  cudaMemcpyHostToDevice, ctx.stream()));
+  TANDEM_CUDA_TRY(cudaStreamSynchronize(ctx.stream()));
 
   const auto* vbase = w.vectors.get<float>();
   const auto vec = [&](const gguf_tensor* t) { return t && vecs.offsets.count(t) ? vecs.at(t, vbase) : nullptr; };

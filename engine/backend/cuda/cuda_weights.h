@@ -1,6 +1,6 @@
 // The model's weights in device memory: matrices kept in their GGUF types (one allocation, each
 // tensor 256-byte aligned), norm weights, biases and the DeltaNet vectors as float32. Uploaded
-// through pinned staging.
+// through pinned staging by several threads (cuda_upload.h).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_context.h"
+#include "backend/cuda/cuda_upload.h"
 #include "model/model_desc.h"
 
 namespace tandem {
@@ -64,8 +65,9 @@ struct weight_range {
   uint64_t ffn_begin = 0, ffn_end = UINT64_MAX;
 };
 
-// Checks every tensor type against what the kernels compute with, then uploads `range`.
-status upload_weights(const model_desc& desc, const cuda_context& ctx, size_t staging_bytes,
+// Checks every tensor type against what the kernels compute with, then uploads `range` (up.device
+// is ctx's).
+status upload_weights(const model_desc& desc, const cuda_context& ctx, const upload_options& up,
                       const weight_range& range, device_weights& w, cuda_load_stats& stats);
 
 }  // namespace tandem
