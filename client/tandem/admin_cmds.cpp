@@ -6,22 +6,23 @@
 
 #include "commands.h"
 #include "connect.h"
+#include "load_progress_line.h"
 #include "output.h"
 #include "prompt_input.h"
 #include "protocol/request.h"
-#include "spinner.h"
 
 namespace tandem::client {
 namespace {
 
 // Connects, makes one call and hands its reply to `show` (or prints its result map with --json).
+// With `loading` (an alias), a terminal shows that alias's load progress meanwhile.
 template <class Reply>
 int one_call(const global_options& g, const std::function<result<Reply>(connection&)>& call,
-             const std::function<void(const Reply&)>& show, const std::string& waiting = "") {
+             const std::function<void(const Reply&)>& show, const std::string& loading = "") {
   auto c = connect_to_daemon(g.socket);
   if (!c.ok()) return report(c.fail());
-  std::optional<spinner> wait;
-  if (!waiting.empty() && !g.json) wait.emplace(waiting);
+  std::optional<load_progress_line> wait;
+  if (!loading.empty() && !g.json) wait.emplace(g.socket, loading);
   auto r = call(*c);
   if (wait) wait->stop();
   if (!r.ok()) return report(to_failure(r.err()));
@@ -101,14 +102,30 @@ void show_status(const status_reply& r) {
     std::printf("\n");
   }
   std::printf("models: %zu, %zu resident\n", r.models.size(), resident);
+  for (const auto& m : r.models)
+    if (m.load)
+      std::printf("  %s: loaded %s in %s (%s)\n", m.name.c_str(), decimal_bytes(m.load->bytes).c_str(),
+                  load_seconds(m.load->seconds).c_str(), decimal_rate(m.load->bytes_per_second).c_str());
+  for (const auto& l : r.loads) {
+    const char* verb = l.op == "swap" ? "swapping to" : l.op == "reload" ? "reloading" : "loading";
+    std::printf("  %s: %s %s: ", l.name.c_str(), verb, l.path.c_str());
+    if (l.total_bytes > 0)
+      std::printf("%s, %s, %s\n", bytes_of_total(l.done_bytes, l.total_bytes).c_str(), load_seconds(l.seconds).c_str(),
+                  decimal_rate(l.bytes_per_second).c_str());
+    else
+      std::printf("%s\n", load_seconds(l.seconds).c_str());
+  }
 }
 
 void show_loaded(const char* verb, const loaded_reply& r) {
   const std::string where = r.backend + (r.device && *r.device != r.backend ? " (" + *r.device + ")" : "");
   const std::string kv = r.kv_type ? " " + *r.kv_type : "";
-  std::printf("%s '%s': %s on %s, %s file, %s%s cache, %llu tokens of context\n", verb, r.name.c_str(),
-              r.arch.c_str(), where.c_str(), human_bytes(r.file_bytes).c_str(), human_bytes(r.cache_bytes).c_str(),
-              kv.c_str(), static_cast<unsigned long long>(r.n_ctx));
+  // How long the load took comes after the name, so "loaded 'NAME'" stays the line's start.
+  const std::string took =
+      r.load ? " in " + load_seconds(r.load->seconds) + " (" + decimal_rate(r.load->bytes_per_second) + ")" : "";
+  std::printf("%s '%s'%s: %s on %s, %s file, %s%s cache, %llu tokens of context\n", verb, r.name.c_str(),
+              took.c_str(), r.arch.c_str(), where.c_str(), human_bytes(r.file_bytes).c_str(),
+              human_bytes(r.cache_bytes).c_str(), kv.c_str(), static_cast<unsigned long long>(r.n_ctx));
 }
 
 // The daemon resolves paths in its own working directory; a path typed here means ours.
@@ -197,7 +214,7 @@ void add_admin_commands(CLI::App& app, const global_options& g, action& act) {
       const load_request req{o->name, absolute_path(o->path), o->settings};
       return one_call<loaded_reply>(
           g, [&req](connection& c) { return c.load(req); },
-          [](const loaded_reply& r) { show_loaded("loaded", r); }, "loading " + o->name);
+          [](const loaded_reply& r) { show_loaded("loaded", r); }, o->name);
     };
   });
 
@@ -211,7 +228,7 @@ void add_admin_commands(CLI::App& app, const global_options& g, action& act) {
       const swap_request req{o->name, absolute_path(o->path), o->settings};
       return one_call<loaded_reply>(
           g, [&req](connection& c) { return c.swap(req); },
-          [](const loaded_reply& r) { show_loaded("swapped", r); }, "loading " + o->path);
+          [](const loaded_reply& r) { show_loaded("swapped", r); }, o->name);
     };
   });
 

@@ -47,6 +47,54 @@ std::string human_duration(double seconds) {
   return buf;
 }
 
+namespace {
+
+struct decimal_unit {
+  double scale;
+  const char* name;
+};
+
+// The largest unit that keeps the value at 1 or more (bytes below 1 kB).
+decimal_unit unit_for(double n) {
+  static constexpr decimal_unit units[] = {{1e12, "TB"}, {1e9, "GB"}, {1e6, "MB"}, {1e3, "kB"}};
+  for (const auto& u : units)
+    if (n >= u.scale) return u;
+  return {1, "B"};
+}
+
+std::string in_unit(double n, const decimal_unit& u) {
+  char buf[32];
+  if (u.scale == 1) std::snprintf(buf, sizeof buf, "%.0f", n);
+  else std::snprintf(buf, sizeof buf, "%.1f", n / u.scale);
+  return buf;
+}
+
+}  // namespace
+
+std::string decimal_bytes(std::uint64_t n) {
+  const auto u = unit_for(static_cast<double>(n));
+  return in_unit(static_cast<double>(n), u) + " " + u.name;
+}
+
+std::string decimal_rate(double bytes_per_second) {
+  const double r = bytes_per_second > 0 ? bytes_per_second : 0;
+  const auto u = unit_for(r);
+  return in_unit(r, u) + " " + u.name + "/s";
+}
+
+std::string bytes_of_total(std::uint64_t done, std::uint64_t total) {
+  const auto u = unit_for(static_cast<double>(total));
+  return in_unit(static_cast<double>(done), u) + " / " + in_unit(static_cast<double>(total), u) + " " + u.name;
+}
+
+std::string load_seconds(double seconds) {
+  char buf[32];
+  if (seconds < 0.1) std::snprintf(buf, sizeof buf, "%.0f ms", seconds * 1e3);
+  else if (seconds < 10) std::snprintf(buf, sizeof buf, "%.2f s", seconds);
+  else std::snprintf(buf, sizeof buf, "%.1f s", seconds);
+  return buf;
+}
+
 void print_table(const std::vector<std::vector<std::string>>& rows) {
   std::vector<std::size_t> width;
   for (const auto& r : rows)

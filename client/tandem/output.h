@@ -22,6 +22,14 @@ std::string human_bytes(std::uint64_t n);
 // 3725 → "1h 2m 5s"; fractions below 10 s keep one decimal.
 std::string human_duration(double seconds);
 
+// A load's figures in decimal units, as disk and link speeds are quoted: 3.1e9 → "3.1 GB",
+// 2.45e10 → "24.5 GB/s"; done of total in the total's unit: "3.1 / 8.7 GB"; its seconds with
+// the digits that matter: "4 ms", "0.36 s", "12.3 s".
+std::string decimal_bytes(std::uint64_t n);
+std::string decimal_rate(double bytes_per_second);
+std::string bytes_of_total(std::uint64_t done, std::uint64_t total);
+std::string load_seconds(double seconds);
+
 // Prints rows with each column padded to its widest cell; the first row is the header.
 void print_table(const std::vector<std::vector<std::string>>& rows);
 

@@ -1,6 +1,6 @@
-// spinner: a "loading NAME... 3s" line on stderr while the client waits for something slow. The
-// protocol reports no load progress, so elapsed time is what there is to show; on a non-terminal
-// stderr nothing is drawn (logs stay clean).
+// spinner: a "waiting for NAME... 3s" line on stderr while the client waits for something slow
+// whose progress it cannot ask for (a generation's first token; a load has load_progress_line.h);
+// on a non-terminal stderr nothing is drawn (logs stay clean).
 #pragma once
 
 #include <chrono>

@@ -190,8 +190,11 @@ session_options session_options_of(const engine_options& opt) {
 
 }  // namespace
 
-result<std::unique_ptr<served_model>> load_engine_model(const std::string& path, const engine_options& opt) {
-  auto session = serving_session::open(path, session_options_of(opt));
+result<std::unique_ptr<served_model>> load_engine_model(const std::string& path, const engine_options& opt,
+                                                        load_progress* progress) {
+  auto so = session_options_of(opt);
+  so.instance.progress = progress;
+  auto session = serving_session::open(path, so);
   if (!session) return session.err();
   return std::unique_ptr<served_model>(std::make_unique<engine_model>(path, opt, std::move(*session)));
 }
@@ -211,8 +214,8 @@ engine_options engine_options::with(const proto::model_settings& s) const {
 }
 
 model_loader engine_loader(engine_options opt) {
-  return [opt](const std::string&, const std::string& path, const proto::model_settings& s) {
-    return load_engine_model(path, opt.with(s));
+  return [opt](const std::string&, const std::string& path, const proto::model_settings& s, load_progress* progress) {
+    return load_engine_model(path, opt.with(s), progress);
   };
 }
 

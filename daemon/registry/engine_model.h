@@ -28,8 +28,10 @@ struct engine_options {
   engine_options with(const proto::model_settings& s) const;
 };
 
-// Loads `path` and everything needed to serve it. Errors name the step that failed.
-result<std::unique_ptr<served_model>> load_engine_model(const std::string& path, const engine_options& opt);
+// Loads `path` and everything needed to serve it. Errors name the step that failed. The engine
+// reports the weight bytes it places to `progress` (when not null) while this runs.
+result<std::unique_ptr<served_model>> load_engine_model(const std::string& path, const engine_options& opt,
+                                                        load_progress* progress = nullptr);
 
 // A loader bound to fixed global options, for the registry; each load's settings apply over them.
 model_loader engine_loader(engine_options opt);

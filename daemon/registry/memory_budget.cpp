@@ -110,10 +110,11 @@ std::optional<std::string> model_registry::admit(const std::string& alias, const
   return std::nullopt;
 }
 
-result<std::unique_ptr<served_model>> model_registry::load_fitting(const std::string& alias, const std::string& path,
+result<std::unique_ptr<served_model>> model_registry::load_fitting(const std::string& alias, const std::string& op,
+                                                                   const std::string& path,
                                                                    const proto::model_settings& settings) {
   if (auto refused = admit(alias, path, settings)) return make_error(*refused);
-  return loader_(alias, path, settings);
+  return open_model(alias, op, path, settings);
 }
 
 model_registry::admin_error model_registry::swap_drain_first(const std::string& alias, const std::string& path,
@@ -149,7 +150,7 @@ model_registry::admin_error model_registry::swap_drain_first(const std::string& 
     e.reserved = need;
   }
   old.reset();
-  auto loaded = loader_(alias, path, settings);
+  auto loaded = open_model(alias, "swap", path, settings);
   if (loaded || !had_old) {
     if (loaded) adopt_swapped(alias, path, settings);
     auto err = finish_load(alias, std::move(loaded), &out);
@@ -164,7 +165,7 @@ model_registry::admin_error model_registry::swap_drain_first(const std::string& 
     std::lock_guard lk(mu_);
     entries_.at(alias).reserved = old_bytes;
   }
-  auto back = loader_(alias, old_path, old_settings);
+  auto back = open_model(alias, "reload", old_path, old_settings);
   std::string msg = "swap to " + path + " (drain-first): " + loaded.message();
   if (back) msg += "; the old model was loaded again and serves";
   else msg += "; loading the old model " + old_path + " again failed too: " + back.message();

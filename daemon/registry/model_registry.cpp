@@ -1,10 +1,16 @@
 // model_registry: alias bookkeeping, hot swap and idle unload.
 #include "registry/model_registry.h"
 
+#include <utility>
+
 namespace tandem::daemon {
 
 using proto::error_code;
 using proto::wire_error;
+
+nlohmann::json load_json(const load_record& r) {
+  return {{"bytes", r.bytes}, {"seconds", r.seconds}, {"bytes_per_second", r.bytes_per_second()}};
+}
 
 model_registry::model_registry(model_loader loader, registry_options opt, admin_executor admin)
     : loader_(std::move(loader)), opt_(opt), admin_(std::move(admin)) {}
@@ -65,7 +71,7 @@ model_registry::admin_error model_registry::load(const std::string& alias, const
     e.admin_busy = true;
     if (default_.empty()) default_ = alias;
   }
-  return finish_load(alias, load_fitting(alias, path, settings), &out);
+  return finish_load(alias, load_fitting(alias, "load", path, settings), &out);
 }
 
 model_registry::admin_error model_registry::swap(const std::string& alias, const std::string& path,
@@ -109,9 +115,30 @@ model_registry::admin_error model_registry::swap_admitted(const std::string& ali
     if (!beside) return swap_drain_first(alias, path, settings, *need, std::move(victims), out);
   }
   // The old model keeps serving while the new one loads beside it.
-  auto loaded = loader_(alias, path, settings);
+  auto loaded = open_model(alias, "swap", path, settings);
   if (loaded) adopt_swapped(alias, path, settings);
   return finish_load(alias, std::move(loaded), &out);
+}
+
+result<std::unique_ptr<served_model>> model_registry::open_model(const std::string& alias, const std::string& op,
+                                                                 const std::string& path,
+                                                                 const proto::model_settings& settings) {
+  // Held here as well as by the entry: the loader's threads may report until it returns, even if
+  // the entry's record were replaced meanwhile.
+  auto progress = std::make_shared<load_progress>();
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = entries_.find(alias); it != entries_.end())
+      it->second.opening = open_in_progress{op, path, progress, model_worker::clock::now(), std::nullopt};
+  }
+  auto m = loader_(alias, path, settings, progress.get());
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = entries_.find(alias); it != entries_.end() && it->second.opening &&
+                                        it->second.opening->progress == progress)
+      it->second.opening->ended = model_worker::clock::now();
+  }
+  return m;
 }
 
 model_registry::admin_error model_registry::finish_load(const std::string& alias,
@@ -124,6 +151,14 @@ model_registry::admin_error model_registry::finish_load(const std::string& alias
   {
     std::lock_guard lk(mu_);
     auto it = entries_.find(alias);
+    // The open is over either way: its figures go with the model it made, or nowhere.
+    std::optional<open_in_progress> opened;
+    if (it != entries_.end()) opened = std::exchange(it->second.opening, std::nullopt);
+    if (inst && opened) {
+      const auto end = opened->ended.value_or(model_worker::clock::now());
+      inst->set_load({opened->progress->done_bytes.load(std::memory_order_relaxed),
+                      std::chrono::duration<double>(end - opened->started).count()});
+    }
     if (it == entries_.end() || closed_) {  // unloaded or shut down while loading
       err = wire_error{closed_ ? error_code::shutting_down : error_code::not_found,
                        "model '" + alias + "' went away while loading"};
@@ -213,7 +248,7 @@ std::optional<wire_error> model_registry::submit(const std::string& alias_in, mo
 void model_registry::start_reload(const std::string& alias, entry& e) {
   e.admin_busy = true;
   admin_([this, alias, path = e.path, settings = e.settings] {
-    (void)finish_load(alias, load_fitting(alias, path, settings), nullptr);
+    (void)finish_load(alias, load_fitting(alias, "reload", path, settings), nullptr);
   });
 }
 
@@ -359,8 +394,26 @@ nlohmann::json model_registry::describe() const {
       m["sequences"] = {{"running", c.running}, {"waiting", c.waiting}};
       m["prefix_hits"] = c.prefix_hits;
       m["reused_tokens"] = c.reused_tokens;
+      if (i.load) m["load"] = load_json(*i.load);
     }
     list.push_back(std::move(m));
+  }
+  return list;
+}
+
+nlohmann::json model_registry::describe_loads() const {
+  std::lock_guard lk(mu_);
+  const auto now = model_worker::clock::now();
+  auto list = nlohmann::json::array();
+  for (const auto& [alias, e] : entries_) {
+    if (!e.opening) continue;
+    const auto& o = *e.opening;
+    // done before total: the engine only adds after it has set the total.
+    const std::uint64_t done = o.progress->done_bytes.load(std::memory_order_relaxed);
+    const std::uint64_t total = o.progress->total_bytes.load(std::memory_order_relaxed);
+    const double secs = std::chrono::duration<double>(o.ended.value_or(now) - o.started).count();
+    list.push_back({{"name", alias}, {"op", o.op}, {"path", o.path}, {"done_bytes", done}, {"total_bytes", total},
+                    {"seconds", secs}, {"bytes_per_second", secs > 0 ? static_cast<double>(done) / secs : 0.0}});
   }
   return list;
 }

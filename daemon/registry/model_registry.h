@@ -35,6 +35,9 @@ struct registry_options {
   std::function<void(const std::string& alias, std::string_view outcome, double seconds)> on_swap;
 };
 
+// A model's `load` in the models and load replies: {bytes, seconds, bytes_per_second}.
+nlohmann::json load_json(const load_record& r);
+
 // Runs blocking work (a model load) somewhere other than the caller's thread.
 using admin_executor = std::function<void(std::function<void()>)>;
 
@@ -72,6 +75,8 @@ class model_registry {
   void join_all();  // blocking
 
   nlohmann::json describe() const;  // the `models` reply
+  // status's `loads`: every load, reload and swap whose open is running, with its bytes so far.
+  nlohmann::json describe_loads() const;
   std::string default_alias() const;
   bool healthy() const;  // every instance that may run a job reports healthy
   std::size_t size() const;
@@ -86,6 +91,14 @@ class model_registry {
 
  private:
   enum class state { loading, resident, unloaded };
+  // An open of a model file for an alias while it runs (and until finish_load takes its figures).
+  struct open_in_progress {
+    std::string op;    // load; reload (a request for an unloaded alias, a failed drain-first swap's old file); swap
+    std::string path;  // the file being opened: a swap's new one, or its old one being restored
+    std::shared_ptr<load_progress> progress;  // the loader's counters; shared so a reader never dangles
+    model_worker::clock::time_point started{};
+    std::optional<model_worker::clock::time_point> ended;  // the loader returned
+  };
   struct entry {
     std::string path;
     proto::model_settings settings;  // table and request merged: what it is (re)loaded with
@@ -94,6 +107,7 @@ class model_registry {
     std::shared_ptr<model_worker> draining;  // drain-first swap: the old model finishing its job
     std::uint64_t reserved = 0;               // budget held for a load of this alias in progress
     bool admin_busy = false;  // a load/swap of this alias is running
+    std::optional<open_in_progress> opening;  // its open of a model file, while that runs
     std::deque<model_job> parked;
     model_worker::clock::time_point loaded_at{};
     std::uint64_t swaps = 0;
@@ -107,6 +121,9 @@ class model_registry {
   // swap() once the alias is marked busy: the load beside, or drain-first.
   admin_error swap_admitted(const std::string& alias, const std::string& path, const proto::model_settings& settings,
                             model_info& out);
+  // The loader, with a load_progress that status reads while it runs (entry.opening).
+  result<std::unique_ptr<served_model>> open_model(const std::string& alias, const std::string& op,
+                                                   const std::string& path, const proto::model_settings& settings);
   admin_error finish_load(const std::string& alias, result<std::unique_ptr<served_model>> m, model_info* out);
   static void fail_all(std::deque<model_job>& jobs, const proto::wire_error& e);
 
@@ -119,9 +136,9 @@ class model_registry {
   // Blocking: predicts the load's bytes, evicts what must go and reserves the budget for `alias`.
   std::optional<std::string> admit(const std::string& alias, const std::string& path,
                                    const proto::model_settings& settings);
-  // admit, then the loader.
-  result<std::unique_ptr<served_model>> load_fitting(const std::string& alias, const std::string& path,
-                                                     const proto::model_settings& settings);
+  // admit, then the loader (`op` as in open_in_progress).
+  result<std::unique_ptr<served_model>> load_fitting(const std::string& alias, const std::string& op,
+                                                     const std::string& path, const proto::model_settings& settings);
   admin_error swap_drain_first(const std::string& alias, const std::string& path,
                                const proto::model_settings& settings, std::uint64_t need,
                                std::vector<std::shared_ptr<model_worker>> victims, model_info& out);

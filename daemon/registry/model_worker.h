@@ -46,6 +46,8 @@ class model_worker {
   // What the memory budget counts: mapped weights plus KV cache.
   std::uint64_t bytes() const { return info_.file_bytes + info_.cache_bytes; }
   const model_info& info() const { return info_; }
+  // How the load went; set once, before the worker is shared with other threads.
+  void set_load(const load_record& r) { info_.load = r; }
   served_model& model() { return *model_; }
   const served_model& model() const { return *model_; }
   std::uint64_t completed() const;

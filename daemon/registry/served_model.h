@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/load_progress.h"
 #include "core/result.h"
 #include "protocol/request.h"
 
@@ -45,6 +46,14 @@ struct generation_stats {
   std::string text;  // the whole generated text
 };
 
+// How a model's load went: the weight bytes the engine placed (its load_progress at the end) and
+// the seconds the open took, so a slow disk or a slow upload shows in status after the fact.
+struct load_record {
+  std::uint64_t bytes = 0;
+  double seconds = 0;
+  double bytes_per_second() const { return seconds > 0 ? static_cast<double>(bytes) / seconds : 0.0; }
+};
+
 struct model_info {
   std::string path;
   std::string arch;
@@ -57,6 +66,8 @@ struct model_info {
   std::uint64_t file_bytes = 0;   // mapped weights
   std::uint64_t cache_bytes = 0;  // KV cache storage, recurrent state included
   std::uint64_t state_bytes = 0;  // the part of cache_bytes that is hybrid models' recurrent state
+  // Set by the registry once the load is done (the model itself does not know it).
+  std::optional<load_record> load;
 };
 
 // A model's sequence slots and what they are doing, for status.
@@ -94,9 +105,12 @@ class served_model {
 };
 
 // Loads a model file for an alias with its settings (its [model.NAME] table under the request's
-// own options; unset ones take the global keys); the registry calls it on an admin thread.
+// own options; unset ones take the global keys); the registry calls it on an admin thread. The
+// loader reports the weight bytes it places to `progress`, which the registry keeps alive for
+// the whole call and reads for status from other threads.
 using model_loader = std::function<result<std::unique_ptr<served_model>>(
-    const std::string& alias, const std::string& path, const proto::model_settings& settings)>;
+    const std::string& alias, const std::string& path, const proto::model_settings& settings,
+    load_progress* progress)>;
 
 // Predicts the bytes a load of `path` would hold (weights + KV cache) without loading it, so the
 // memory budget can be checked before anything is allocated. Blocking (reads the file's header).

@@ -39,9 +39,11 @@ json stats_json(const generation_stats& s, const std::string& model, bool with_t
 }
 
 json info_json(const model_info& i) {
-  return {{"path", i.path},         {"arch", i.arch},       {"backend", i.backend},   {"device", i.device},
-          {"n_vocab", i.n_vocab},   {"n_ctx", i.n_ctx},     {"kv_type", i.kv_type},   {"parallel", i.parallel},
-          {"file_bytes", i.file_bytes}, {"cache_bytes", i.cache_bytes}};
+  json j = {{"path", i.path},         {"arch", i.arch},       {"backend", i.backend},   {"device", i.device},
+            {"n_vocab", i.n_vocab},   {"n_ctx", i.n_ctx},     {"kv_type", i.kv_type},   {"parallel", i.parallel},
+            {"file_bytes", i.file_bytes}, {"cache_bytes", i.cache_bytes}};
+  if (i.load) j["load"] = load_json(*i.load);
+  return j;
 }
 
 std::uint64_t resident_bytes() {
@@ -251,7 +253,8 @@ json request_handler::status_json() const {
                       {"budget_bytes", ctx_.registry.memory_budget()},
                       {"budget_used_bytes", ctx_.registry.used_bytes()}}},
           {"devices", devices_json(models)},
-          {"models", models}};
+          {"models", models},
+          {"loads", ctx_.registry.describe_loads()}};
 }
 
 std::string request_handler::metrics_text() const { return ctx_.metrics.render(status_json()); }

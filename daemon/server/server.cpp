@@ -246,7 +246,8 @@ void server::preload() {
     if (auto err = registry_.load(m.alias, m.path, {}, info))
       log(log_level::error, "preloading '", m.alias, "' failed: ", err->message);
     else
-      log(log_level::info, "'", m.alias, "' is resident (", info.arch, ", ", info.file_bytes, " bytes)");
+      log(log_level::info, "'", m.alias, "' is resident (", info.arch, ", ", info.file_bytes, " bytes",
+          info.load ? ", loaded in " + std::to_string(info.load->seconds) + " s" : std::string(), ")");
   }
   asio::post(io_, [this] {
     preloading_ = false;

@@ -7,6 +7,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "registry/model_registry.h"
@@ -74,11 +75,21 @@ class fake_model final : public served_model {
   std::uint64_t bytes_;
 };
 
+// The weight bytes a fake load reports: its size, or 4000 for a path without one.
+std::uint64_t weight_bytes(const std::string& path) { return size_of(path) ? size_of(path) : 4000; }
+
 // "corrupt" fails at once (also for the sizer); "late-fail" passes the sizer and fails to load.
+// The load reports its weight bytes to `progress` in four equal parts spread over `load_time`, as
+// the CUDA backend's uploads do.
 model_loader fake_loader(int chunks, std::chrono::milliseconds step, std::chrono::milliseconds load_time = 0ms) {
-  return [=](const std::string&, const std::string& path,
-             const proto::model_settings&) -> result<std::unique_ptr<served_model>> {
-    std::this_thread::sleep_for(load_time);
+  return [=](const std::string&, const std::string& path, const proto::model_settings&,
+             load_progress* progress) -> result<std::unique_ptr<served_model>> {
+    const std::uint64_t total = weight_bytes(path);
+    if (progress) progress->start(total);
+    for (int part = 0; part < 4; ++part) {
+      std::this_thread::sleep_for(load_time * (part + 1) / 4 - load_time * part / 4);
+      if (progress) progress->add(part < 3 ? total / 4 : total - 3 * (total / 4));
+    }
     if (path.find("corrupt") != std::string::npos) return make_error(path, ": not a GGUF file");
     if (path.find("late-fail") != std::string::npos) return make_error(path, ": tensor data is truncated");
     return std::unique_ptr<served_model>(std::make_unique<fake_model>(path, chunks, step));
@@ -139,10 +150,11 @@ TEST(registry, loader_sees_the_alias) {
   std::mutex mu;
   std::vector<std::string> seen;
   auto base = fake_loader(1, 1ms);
-  model_loader loader = [&](const std::string& alias, const std::string& path, const proto::model_settings& s) {
+  model_loader loader = [&](const std::string& alias, const std::string& path, const proto::model_settings& s,
+                            load_progress* progress) {
     std::lock_guard lk(mu);
     seen.push_back(alias + ":" + path);
-    return base(alias, path, s);
+    return base(alias, path, s, progress);
   };
   model_registry reg(loader, {}, thread_executor());
   model_info info;
@@ -158,10 +170,11 @@ TEST(registry, settings_are_table_under_request) {
   std::mutex mu;
   std::vector<std::string> seen;
   auto base = fake_loader(1, 1ms);
-  model_loader loader = [&](const std::string& alias, const std::string& path, const proto::model_settings& s) {
+  model_loader loader = [&](const std::string& alias, const std::string& path, const proto::model_settings& s,
+                            load_progress* progress) {
     std::lock_guard lk(mu);
     seen.push_back(alias + " ctx " + std::to_string(s.context.value_or(0)) + " kv " + s.kv_type.value_or("-"));
-    return base(alias, path, s);
+    return base(alias, path, s, progress);
   };
   registry_options opt;
   proto::model_settings table;
@@ -554,6 +567,131 @@ TEST(registry, health_covers_resident_and_still_running_retired_models) {
     reg.sweep();
   }
   EXPECT_TRUE(reg.healthy());
+}
+
+// ---- load progress: status's `loads` while an open runs, each model's `load` figures after ----
+
+// Polls describe_loads() on its own thread, as status does, keeping every entry it sees.
+class loads_watch {
+ public:
+  explicit loads_watch(const model_registry& reg)
+      : thread_([this, &reg] {
+          while (!stop_) {
+            for (const auto& l : reg.describe_loads()) {
+              std::lock_guard lk(mu_);
+              seen_.push_back(l);
+            }
+            std::this_thread::sleep_for(2ms);
+          }
+        }) {}
+  ~loads_watch() { finish(); }
+  std::vector<nlohmann::json> finish() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    std::lock_guard lk(mu_);
+    return seen_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<nlohmann::json> seen_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;  // last: starts once the members it uses exist
+};
+
+TEST(registry_progress, a_load_in_progress_shows_its_bytes_and_the_model_keeps_its_figures) {
+  model_registry reg(fake_loader(1, 1ms, 200ms), {}, thread_executor());
+  loads_watch watch(reg);
+  model_info info;
+  const auto began = std::chrono::steady_clock::now();
+  ASSERT_FALSE(reg.load("a", "/m/a@8000", {}, info));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  const auto seen = watch.finish();
+  ASSERT_FALSE(seen.empty());
+  bool partway = false;
+  std::uint64_t last_done = 0;
+  double last_seconds = 0;
+  for (const auto& l : seen) {
+    EXPECT_EQ(l["name"], "a");
+    EXPECT_EQ(l["op"], "load");
+    EXPECT_EQ(l["path"], "/m/a@8000");
+    const auto done = l["done_bytes"].get<std::uint64_t>(), total = l["total_bytes"].get<std::uint64_t>();
+    // 0 only before the loader has said how much it places.
+    EXPECT_TRUE(total == 8000 || (total == 0 && done == 0)) << l.dump();
+    EXPECT_LE(done, total) << l.dump();
+    EXPECT_GE(done, last_done) << l.dump();
+    EXPECT_GE(l["seconds"].get<double>(), last_seconds) << l.dump();
+    last_done = done;
+    last_seconds = l["seconds"].get<double>();
+    partway = partway || (done > 0 && done < total);
+  }
+  EXPECT_TRUE(partway) << seen.size() << " polls, last " << seen.back().dump();
+  EXPECT_TRUE(reg.describe_loads().empty());
+  ASSERT_TRUE(info.load);  // the load reply's figures
+  EXPECT_EQ(info.load->bytes, 8000u);
+  EXPECT_GE(info.load->seconds, 0.19);
+  EXPECT_LE(info.load->seconds, took);
+  const auto m = reg.describe()[0];
+  ASSERT_TRUE(m.contains("load")) << m.dump();
+  EXPECT_EQ(m["load"]["bytes"], 8000u);
+  EXPECT_DOUBLE_EQ(m["load"]["seconds"].get<double>(), info.load->seconds);
+  EXPECT_NEAR(m["load"]["bytes_per_second"].get<double>(), 8000 / info.load->seconds, 1e-6);
+  // A load that fails leaves nothing in progress behind it.
+  ASSERT_TRUE(reg.load("b", "/m/late-fail@10", {}, info));
+  EXPECT_TRUE(reg.describe_loads().empty());
+}
+
+TEST(registry_progress, a_swap_shows_the_new_file_and_a_failed_one_keeps_the_old_figures) {
+  model_registry reg(fake_loader(1, 1ms, 80ms), {}, thread_executor());
+  model_info info;
+  ASSERT_FALSE(reg.load("a", "/m/old@1000", {}, info));
+  loads_watch watch(reg);
+  ASSERT_FALSE(reg.swap("a", "/m/new@3000", {}, info));
+  const auto seen = watch.finish();
+  ASSERT_FALSE(seen.empty());
+  for (const auto& l : seen) {
+    EXPECT_EQ(l["op"], "swap") << l.dump();
+    EXPECT_EQ(l["path"], "/m/new@3000") << l.dump();
+  }
+  ASSERT_TRUE(info.load);
+  EXPECT_EQ(info.load->bytes, 3000u);
+  EXPECT_EQ(reg.describe()[0]["load"]["bytes"], 3000u);
+  ASSERT_TRUE(reg.swap("a", "/m/late-fail@5000", {}, info));
+  EXPECT_TRUE(reg.describe_loads().empty());
+  EXPECT_EQ(reg.describe()[0]["load"]["bytes"], 3000u);  // still the model that serves
+}
+
+TEST(registry_progress, a_reload_after_idle_unload_shows_as_reload) {
+  model_registry reg(fake_loader(1, 1ms, 80ms), {}, thread_executor());
+  model_info info;
+  ASSERT_FALSE(reg.load("a", "/m/a@2000", keep(0.05), info));
+  std::this_thread::sleep_for(100ms);
+  reg.sweep();
+  const auto before = reg.describe()[0];
+  EXPECT_EQ(before["state"], "unloaded");
+  EXPECT_FALSE(before.contains("load")) << before.dump();  // figures belong to a resident model
+  loads_watch watch(reg);
+  probe p;
+  ASSERT_FALSE(reg.submit("a", p.job()));
+  EXPECT_EQ(p.done.get_future().get(), "/m/a@2000");
+  const auto seen = watch.finish();
+  ASSERT_FALSE(seen.empty());
+  for (const auto& l : seen) EXPECT_EQ(l["op"], "reload") << l.dump();
+  EXPECT_EQ(reg.describe()[0]["load"]["bytes"], 2000u);
+}
+
+TEST(registry_progress, a_failed_drain_first_swap_shows_the_old_file_loading_again) {
+  model_registry reg(fake_loader(1, 1ms, 80ms), budget(150), thread_executor());
+  model_info info;
+  ASSERT_FALSE(reg.load("a", "/m/old@100", {}, info));
+  loads_watch watch(reg);
+  ASSERT_TRUE(reg.swap("a", "/m/late-fail@100", {}, info));
+  const auto seen = watch.finish();
+  std::set<std::string> opens;
+  for (const auto& l : seen) opens.insert(l["op"].get<std::string>() + " " + l["path"].get<std::string>());
+  EXPECT_EQ(opens, (std::set<std::string>{"swap /m/late-fail@100", "reload /m/old@100"}));
+  EXPECT_TRUE(reg.describe_loads().empty());
+  EXPECT_EQ(reg.describe()[0]["load"]["bytes"], 100u);
 }
 
 }  // namespace

@@ -127,6 +127,30 @@ result<T> finish(const fields& f, T value, const json& j) {
   return value;
 }
 
+// A {bytes, seconds, bytes_per_second} map (a model's `load`); absent: nullopt.
+std::optional<load_figures> read_load_figures(fields& parent, const char* key, const std::string& what) {
+  const json* l = parent.map(key);
+  if (!l) return std::nullopt;
+  fields f(*l, what + ": '" + key + "'");
+  load_figures r{f.u64("bytes"), f.f64("seconds"), f.f64("bytes_per_second")};
+  parent.take(f.err());
+  return r;
+}
+
+load_in_progress read_load(const json& l, fields& parent) {
+  fields f(l, "status: load entry");
+  load_in_progress r;
+  r.name = f.str("name");
+  r.op = f.str("op");
+  r.path = f.str("path");
+  r.done_bytes = f.u64("done_bytes");
+  r.total_bytes = f.u64("total_bytes");
+  r.seconds = f.f64("seconds");
+  r.bytes_per_second = f.f64("bytes_per_second");
+  parent.take(f.err());
+  return r;
+}
+
 model_info read_model(const json& m, fields& parent) {
   fields f(m, "model entry");
   model_info i;
@@ -158,6 +182,7 @@ model_info read_model(const json& m, fields& parent) {
   }
   i.prefix_hits = f.opt_u64("prefix_hits");
   i.reused_tokens = f.opt_u64("reused_tokens");
+  i.load = read_load_figures(f, "load", "model entry");
   parent.take(f.err());
   return i;
 }
@@ -308,6 +333,8 @@ result<status_reply> decode_status(const json& j) {
   if (const json* devices = f.array("devices"))
     for (const auto& d : *devices) r.devices.push_back(read_device(d, f));
   r.models = read_models(f);
+  if (const json* loads = f.array("loads"))
+    for (const auto& l : *loads) r.loads.push_back(read_load(l, f));
   return finish(f, std::move(r), j);
 }
 
@@ -327,6 +354,7 @@ result<loaded_reply> decode_loaded(const json& j) {
     r.n_ctx = mf.u64("n_ctx");
     r.file_bytes = mf.u64("file_bytes");
     r.cache_bytes = mf.u64("cache_bytes");
+    r.load = read_load_figures(mf, "load", "load result: 'model'");
     f.take(mf.err());
   }
   return finish(f, std::move(r), j);

@@ -442,5 +442,6 @@ class Client:
                                   split=split, ratios=ratios, parallel=parallel))
 
     def status(self) -> Dict[str, Any]:
-        """version, pid, uptime, connections, in_flight, memory, devices, models."""
+        """version, pid, uptime, connections, in_flight, memory, devices, models (each resident one
+        with its `load` figures: bytes, seconds, bytes_per_second), loads (those in progress)."""
         return self._call({"op": "status"})

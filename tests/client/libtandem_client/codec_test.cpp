@@ -200,6 +200,22 @@ TEST(DecodeReplies, WrongTypesNameTheField) {
   EXPECT_FALSE(wire::decode_loaded({{"model", {{"n_ctx", "big"}}}}).ok());
   EXPECT_FALSE(wire::decode_unload({{"name", 3}}).ok());
   EXPECT_FALSE(wire::decode_detokenize({{"text", json::array()}}).ok());
+  // The load figures and the loads in progress are checked like every other field.
+  auto lf = wire::decode_models({{"models", {{{"name", "a"}, {"load", {{"bytes", -1}}}}}}});
+  ASSERT_FALSE(lf.ok());
+  EXPECT_EQ(lf.err().message, "model entry: 'load': 'bytes' is not an unsigned integer");
+  auto lm = wire::decode_models({{"models", {{{"name", "a"}, {"load", 5}}}}});
+  ASSERT_FALSE(lm.ok());
+  EXPECT_EQ(lm.err().message, "model entry: 'load' is not a map");
+  auto ls = wire::decode_status({{"loads", {{{"name", "a"}, {"done_bytes", "many"}}}}});
+  ASSERT_FALSE(ls.ok());
+  EXPECT_EQ(ls.err().message, "status: load entry: 'done_bytes' is not an unsigned integer");
+  auto la = wire::decode_status({{"loads", {{"name", "a"}}}});
+  ASSERT_FALSE(la.ok());
+  EXPECT_EQ(la.err().message, "status result: 'loads' is not an array");
+  auto ll = wire::decode_loaded({{"model", {{"load", {{"seconds", "slow"}}}}}});
+  ASSERT_FALSE(ll.ok());
+  EXPECT_EQ(ll.err().message, "load result: 'model': 'load': 'seconds' is not a number");
 }
 
 TEST(DecodeReplies, HelloCancelTokenizeDetokenize) {
@@ -226,7 +242,8 @@ const json resident_model = {{"name", "default"},  {"path", "/m/a.gguf"}, {"stat
                              {"arch", "qwen35"},   {"backend", "cuda"},   {"device", "cuda:0"},  {"n_vocab", 256},
                              {"n_ctx", 4096},      {"file_bytes", 100},   {"cache_bytes", 50},   {"state_bytes", 10},
                              {"bytes", 150},       {"idle_seconds", 0.0}, {"completed", 7},      {"parallel", 4},
-                             {"sequences", {{"running", 1}, {"waiting", 3}}}, {"prefix_hits", 2}, {"reused_tokens", 9}};
+                             {"sequences", {{"running", 1}, {"waiting", 3}}}, {"prefix_hits", 2}, {"reused_tokens", 9},
+                             {"load", {{"bytes", 8000000000ull}, {"seconds", 0.5}, {"bytes_per_second", 1.6e10}}}};
 
 TEST(DecodeReplies, ModelsResidentAndNot) {
   const json loading = {{"name", "b"},   {"path", "/b.gguf"}, {"state", "loading"}, {"default", false},
@@ -259,10 +276,14 @@ TEST(DecodeReplies, ModelsResidentAndNot) {
   EXPECT_EQ(m.sequences->waiting, 3u);
   EXPECT_EQ(m.prefix_hits, 2u);
   EXPECT_EQ(m.reused_tokens, 9u);
+  ASSERT_TRUE(m.load);
+  EXPECT_EQ(m.load->bytes, 8000000000u);
+  EXPECT_DOUBLE_EQ(m.load->seconds, 0.5);
+  EXPECT_DOUBLE_EQ(m.load->bytes_per_second, 1.6e10);
   const auto& b = r->models[1];
   EXPECT_EQ(b.state, "loading");
   EXPECT_FALSE(b.keep_alive_s);  // nil reads as absent
-  EXPECT_FALSE(b.arch || b.n_ctx || b.sequences || b.file_bytes);
+  EXPECT_FALSE(b.arch || b.n_ctx || b.sequences || b.file_bytes || b.load);
 }
 
 TEST(DecodeReplies, Status) {
@@ -301,6 +322,38 @@ TEST(DecodeReplies, Status) {
   EXPECT_FALSE(r->devices[1].total_bytes);
   ASSERT_EQ(r->models.size(), 1u);
   EXPECT_EQ(r->models[0].n_ctx, 4096u);
+  EXPECT_TRUE(r->loads.empty());  // an older daemon sends no `loads`
+}
+
+// status's loads in progress, from the daemon's msgpack frame body (as the connection reads it),
+// with integers past 32 bits and a total the engine does not know yet.
+TEST(DecodeReplies, StatusLoadsInProgress) {
+  const json result = {
+      {"version", "0.1.0"},
+      {"models", {resident_model}},
+      {"loads",
+       {{{"name", "big"}, {"op", "load"}, {"path", "/m/big.gguf"}, {"done_bytes", 3100000000ull},
+         {"total_bytes", 8700000000ull}, {"seconds", 0.125}, {"bytes_per_second", 2.48e10}},
+        {{"name", "default"}, {"op", "swap"}, {"path", "/m/new.gguf"}, {"done_bytes", 0}, {"total_bytes", 0},
+         {"seconds", 0.0}, {"bytes_per_second", 0.0}}}}};
+  auto frame = wire::parse_reply(msgpack_of({{"id", 3}, {"result", result}}));
+  ASSERT_TRUE(frame.ok()) << frame.err().message;
+  auto r = wire::decode_status(frame->map["result"]);
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  ASSERT_EQ(r->loads.size(), 2u);
+  const auto& l = r->loads[0];
+  EXPECT_EQ(l.name, "big");
+  EXPECT_EQ(l.op, "load");
+  EXPECT_EQ(l.path, "/m/big.gguf");
+  EXPECT_EQ(l.done_bytes, 3100000000u);
+  EXPECT_EQ(l.total_bytes, 8700000000u);
+  EXPECT_DOUBLE_EQ(l.seconds, 0.125);
+  EXPECT_DOUBLE_EQ(l.bytes_per_second, 2.48e10);
+  EXPECT_EQ(r->loads[1].op, "swap");
+  EXPECT_EQ(r->loads[1].total_bytes, 0u);
+  ASSERT_TRUE(r->models.at(0).load);
+  EXPECT_EQ(r->models[0].load->bytes, 8000000000u);
+  EXPECT_EQ(json::parse(r->result_json)["loads"], result["loads"]);  // kept whole for untyped use
 }
 
 TEST(DecodeReplies, LoadedAndUnloaded) {
@@ -317,6 +370,14 @@ TEST(DecodeReplies, LoadedAndUnloaded) {
   EXPECT_EQ(l->n_ctx, 128u);
   EXPECT_EQ(l->file_bytes, 1048576u);
   EXPECT_EQ(l->cache_bytes, 65536u);
+  EXPECT_FALSE(l->load);  // an older daemon's reply
+  auto timed = wire::decode_loaded(
+      {{"name", "m2"}, {"model", {{"path", "/x.gguf"}, {"load", {{"bytes", 1000}, {"seconds", 0.25}, {"bytes_per_second", 4000.0}}}}}});
+  ASSERT_TRUE(timed.ok()) << timed.err().message;
+  ASSERT_TRUE(timed->load);
+  EXPECT_EQ(timed->load->bytes, 1000u);
+  EXPECT_DOUBLE_EQ(timed->load->seconds, 0.25);
+  EXPECT_DOUBLE_EQ(timed->load->bytes_per_second, 4000.0);
   auto u = wire::decode_unload({{"name", "m2"}});
   ASSERT_TRUE(u.ok());
   EXPECT_EQ(u->name, "m2");

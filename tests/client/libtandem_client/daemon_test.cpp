@@ -189,6 +189,24 @@ TEST_F(DaemonTest, LoadSwapUnloadAndErrors) {
   EXPECT_EQ(l->name, "second");
   EXPECT_EQ(l->path, second);
   EXPECT_GT(l->n_ctx, 0u);
+  // How the load went, in the reply and, for as long as the model is resident, in status.
+  ASSERT_TRUE(l->load) << l->result_json;
+  EXPECT_GT(l->load->bytes, 0u);
+  EXPECT_LE(l->load->bytes, l->file_bytes);
+  EXPECT_GT(l->load->seconds, 0.0);
+  EXPECT_NEAR(l->load->bytes_per_second, l->load->bytes / l->load->seconds, 1e-6 * l->load->bytes_per_second);
+  auto st = c.status();
+  ASSERT_TRUE(st.ok()) << st.err().message;
+  EXPECT_TRUE(st->loads.empty()) << st->result_json;  // nothing loads now
+  bool listed = false;
+  for (const auto& m : st->models)
+    if (m.name == "second") {
+      ASSERT_TRUE(m.load) << st->result_json;
+      EXPECT_EQ(m.load->bytes, l->load->bytes);
+      EXPECT_DOUBLE_EQ(m.load->seconds, l->load->seconds);
+      listed = true;
+    }
+  EXPECT_TRUE(listed) << st->result_json;
   auto twice = c.load({"second", second, std::nullopt});
   ASSERT_FALSE(twice.ok());
   EXPECT_EQ(twice.err().code, "exists");

@@ -321,6 +321,11 @@ def test_load_unload_second_model(model):
             check(r["name"] == "second" and r["model"]["path"] == second, "load: %r" % r)
             check(r["model"]["n_ctx"] == 256 and r["model"]["kv_type"] == "q8_0", "load settings: %r" % r)
             check(sorted(m["name"] for m in c.models()) == ["default", "second"], "models after load")
+            # How the load went, in the reply and in status; nothing loads any more.
+            check(r["model"]["load"]["bytes"] > 0 and r["model"]["load"]["seconds"] > 0, "load figures: %r" % r)
+            st = c.status()
+            check(st["loads"] == [] and [m.get("load") for m in st["models"] if m["name"] == "second"] ==
+                  [r["model"]["load"]], "status load figures: %r" % st)
             g = c.generate("second", "hello", **GREEDY)
             check(g.model == "second" and g.generated_tokens >= 1, "generate on second: %r" % (g,))
             check(c.tokenize("second", "hi"), "tokenize on second")

@@ -285,6 +285,82 @@ def test_admin_commands():
         d.close()
 
 
+def test_load_progress_line():
+    """While a load waits for its reply, a terminal's stderr shows the load's bytes and rate from
+    status (polled on a second connection), cleared at the end; off a terminal nothing at all."""
+    import pty
+    figures = {"bytes": 8700000000, "seconds": 0.36, "bytes_per_second": 2.42e10}
+
+    def slow_load(req, c):
+        if req["op"] == "status":
+            c.send({"id": req["id"], "result": {"models": [], "loads": [
+                {"name": "m2", "op": "load", "path": req.get("path", "/m/b.gguf"), "done_bytes": 3100000000,
+                 "total_bytes": 8700000000, "seconds": 0.127, "bytes_per_second": 2.45e10}]}})
+        elif req["op"] in ("load", "swap"):
+            time.sleep(1.2)  # a second connection's status polls come meanwhile
+            c.send({"id": req["id"], "result": {"name": req["name"], "model": dict(MODELS[0], load=figures)}})
+        else:
+            standard(req, c)
+
+    d = FakeDaemon(slow_load)
+    try:
+        for cmd, word in (("load", "loaded"), ("swap", "swapped")):
+            master, slave = pty.openpty()
+            p = subprocess.Popen([ARGS.tandem, "--socket", d.path, cmd, "m2", "/m/b.gguf"], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=slave)
+            os.close(slave)
+            drawn = b""
+            while True:  # until tandem exits and the pty reports EOF (EIO on Linux)
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                drawn += chunk
+            out = p.stdout.read()
+            p.wait(timeout=30)
+            os.close(master)
+            check(p.returncode == 0, "%s on a terminal: %d %r" % (cmd, p.returncode, drawn))
+            check(b"\r\x1b[Kloading m2  3.1 / 8.7 GB  24.5 GB/s" in drawn, "%s: progress line: %r" % (cmd, drawn))
+            check(drawn.endswith(b"\r\x1b[K"), "%s: the line is not cleared: %r" % (cmd, drawn))
+            check(out.startswith(("%s 'm2' in 0.36 s (24.2 GB/s): llama on cpu" % word).encode()),
+                  "%s: reply line: %r" % (cmd, out))
+        polls = len(d.ops("status"))
+        check(polls >= 3, "status polled %d times in two 1.2 s loads" % polls)
+        r = tandem("load", "m2", "/m/b.gguf", sock=d.path)
+        check(r.returncode == 0 and r.stderr == b"" and r.stdout.startswith(b"loaded 'm2' in 0.36 s"),
+              "load off a terminal: %r" % (r,))
+        check(len(d.ops("status")) == polls, "status polled although stderr is not a terminal")
+        r = tandem("--json", "load", "m2", "/m/b.gguf", sock=d.path)
+        check(r.returncode == 0 and json.loads(r.stdout)["model"]["load"] == figures, "load --json: %r" % (r,))
+    finally:
+        d.close()
+
+
+def test_status_shows_loads():
+    """tandem status: each model's load figures, and every load in progress with its op."""
+    def script(req, c):
+        if req["op"] != "status":
+            return standard(req, c)
+        models = [dict(MODELS[0], load={"bytes": 2900000, "seconds": 0.0104, "bytes_per_second": 2.79e8})]
+        c.send({"id": req["id"], "result": {"version": "0.1.0", "protocol": 1, "models": models, "loads": [
+            {"name": "big", "op": "load", "path": "/m/big.gguf", "done_bytes": 3100000000, "total_bytes": 8700000000,
+             "seconds": 2.1, "bytes_per_second": 1.48e9},
+            {"name": "default", "op": "swap", "path": "/m/new.gguf", "done_bytes": 0, "total_bytes": 0,
+             "seconds": 0.05, "bytes_per_second": 0.0}]}})
+
+    d = FakeDaemon(script)
+    try:
+        r = tandem("status", sock=d.path)
+        out = r.stdout.decode()
+        check(r.returncode == 0 and "  default: loaded 2.9 MB in 10 ms (279.0 MB/s)\n" in out, "figures: %r" % out)
+        check("  big: loading /m/big.gguf: 3.1 / 8.7 GB, 2.10 s, 1.5 GB/s\n" in out, "load in progress: %r" % out)
+        check("  default: swapping to /m/new.gguf: 50 ms\n" in out, "swap in progress: %r" % out)
+    finally:
+        d.close()
+
+
 def test_error_statuses():
     def erring(code):
         def script(req, c):

@@ -169,6 +169,14 @@ struct sequence_counts {
   std::uint64_t waiting = 0;  // taken by the engine, not yet in a slot
 };
 
+// How a model's load went (newer daemons): the weight bytes the engine placed and the seconds
+// its open of the file took.
+struct load_figures {
+  std::uint64_t bytes = 0;
+  double seconds = 0;
+  double bytes_per_second = 0;
+};
+
 // One alias of `models` / `status`. The optionals are present while the model is resident.
 struct model_info {
   std::string name;
@@ -185,6 +193,7 @@ struct model_info {
   std::optional<std::uint64_t> completed, parallel;
   std::optional<sequence_counts> sequences;
   std::optional<std::uint64_t> prefix_hits, reused_tokens;
+  std::optional<load_figures> load;  // how its load went (newer daemons)
 };
 
 struct models_reply {
@@ -206,6 +215,17 @@ struct device_info {
   std::optional<std::uint64_t> total_bytes, available_bytes;  // absent when the device did not answer
 };
 
+// A load, reload or swap of status's `loads` (newer daemons): an open of a model file that runs now.
+struct load_in_progress {
+  std::string name;  // the alias
+  std::string op;    // load, reload (a request for an unloaded alias; a failed drain-first swap's old file), swap
+  std::string path;  // the file being opened
+  std::uint64_t done_bytes = 0;   // weight bytes placed so far
+  std::uint64_t total_bytes = 0;  // weight bytes it places; 0 until the engine knows
+  double seconds = 0;             // since the open began
+  double bytes_per_second = 0;
+};
+
 struct status_reply {
   std::string version;
   int protocol = 0;
@@ -218,6 +238,7 @@ struct status_reply {
   memory_info memory;
   std::vector<device_info> devices;
   std::vector<model_info> models;
+  std::vector<load_in_progress> loads;
   std::string result_json;
 };
 
@@ -233,6 +254,7 @@ struct loaded_reply {
   std::uint64_t n_ctx = 0;
   std::uint64_t file_bytes = 0;
   std::uint64_t cache_bytes = 0;
+  std::optional<load_figures> load;  // newer daemons
   std::string result_json;
 };
 
