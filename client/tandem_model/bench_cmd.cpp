@@ -451,11 +451,12 @@ void profile_report(const cuda_step_profile& p, const std::string& test, int64_t
 // The CUDA backend under test: one GPU, or with --devices a layer or tensor split as the memory
 // plan lays it out for this cache; its upload rate and (unless --no-ceilings) the first device's
 // copy and GEMM ceilings.
-std::unique_ptr<backend> open_cuda_target(const bench_options& o, const model_desc& d, const kv_cache_config& cfg,
-                                          bench_target& t, cuda_step_profile* profile) {
+std::unique_ptr<backend> open_cuda_target(const bench_options& o, const model_desc& d, const file_source& file,
+                                          const kv_cache_config& cfg, bench_target& t, cuda_step_profile* profile) {
   cuda_backend_options bo;
   bo.device = std::max(o.device, 0);
   bo.profile = profile;
+  bo.file = file;
   if (!o.devices.empty()) {
     auto sp = plan_gpu_split(d, o.devices, o.ratios, o.split == "none" ? "layer" : o.split, cfg);
     if (!sp) fail(sp.message());
@@ -525,7 +526,7 @@ void run_bench(const bench_options& o) {
     be = open_cpu_target(o, d, target);
   } else {
 #ifdef TANDEM_HAVE_CUDA_BACKEND
-    be = open_cuda_target(o, d, cfg, target, o.profile ? &profile : nullptr);
+    be = open_cuda_target(o, d, lm->file->source(), cfg, target, o.profile ? &profile : nullptr);
 #endif
   }
   const model_counts mc = count_model(d);

@@ -47,6 +47,11 @@ status gguf_file::check_unchanged() const {
   return {};
 }
 
+file_source gguf_file::source() const {
+  if (!map_ || map_->fd < 0) return {};
+  return {map_->fd, static_cast<const uint8_t*>(map_->addr), map_->len};
+}
+
 gguf_file::gguf_file(gguf_file&&) noexcept = default;
 gguf_file& gguf_file::operator=(gguf_file&&) noexcept = default;
 gguf_file::~gguf_file() = default;

@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/file_source.h"
 #include "core/result.h"
 #include "gguf/gguf_value.h"
 #include "quant/ggml_type.h"
@@ -72,6 +73,8 @@ class gguf_file {
   // (reading its mapped pages could then fault or give other bytes). A file replaced by a rename
   // is not a change: the mapping keeps the old one. Parsed bytes: always fine.
   status check_unchanged() const;
+  // The descriptor and mapping to read tensor bytes with pread(); fd -1 for parsed bytes.
+  file_source source() const;
 
   const std::vector<gguf_kv>& metadata() const { return kv_; }
   const gguf_value* find(std::string_view key) const;

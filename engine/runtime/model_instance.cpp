@@ -124,7 +124,8 @@ void fill_cuda_options(const gpu_split& s, cuda_backend_options& co) {
 namespace {
 
 // The backend opt asks for; make_backend wraps it with the load's progress.
-result<std::unique_ptr<backend>> build_backend(const model_desc& desc, const instance_options& opt) {
+result<std::unique_ptr<backend>> build_backend(const model_desc& desc, const instance_options& opt,
+                                              const file_source& file) {
   if (!opt.gpus.empty()) {
     auto split = plan_gpu_split(desc, opt.gpus, opt.ratios, opt.split, opt.cache);
     if (!split) return split.err();
@@ -132,6 +133,7 @@ result<std::unique_ptr<backend>> build_backend(const model_desc& desc, const ins
     cuda_backend_options co;
     fill_cuda_options(*split, co);
     co.progress = opt.progress;
+    co.file = file;
     auto be = make_cuda_backend(desc, co);
     if (!be) return be.err();
     return std::unique_ptr<backend>(std::move(be.value()));
@@ -156,10 +158,12 @@ result<std::unique_ptr<backend>> build_backend(const model_desc& desc, const ins
   cuda_backend_options co;
   co.device = opt.gpu;
   co.progress = opt.progress;
+  co.file = file;
   auto be = make_cuda_backend(desc, co);
   if (!be) return be.err();
   return std::unique_ptr<backend>(std::move(be.value()));
 #else
+  (void)file;
   return make_error("GPU ", opt.gpu, " requested, but this build has no CUDA backend");
 #endif
 }
@@ -168,10 +172,11 @@ result<std::unique_ptr<backend>> build_backend(const model_desc& desc, const ins
 
 // Progress counts the file's tensor bytes: the GPU uploads add what they copy (a split's shards,
 // the tied head once), the CPU backend reads the mapping in place; either way done ends at total.
-result<std::unique_ptr<backend>> make_backend(const model_desc& desc, const instance_options& opt) {
+result<std::unique_ptr<backend>> make_backend(const model_desc& desc, const instance_options& opt,
+                                              const file_source& file) {
   const uint64_t total = model_tensor_bytes(desc);
   if (opt.progress) opt.progress->start(total);
-  auto be = build_backend(desc, opt);
+  auto be = build_backend(desc, opt, file);
   if (be && opt.progress) opt.progress->done_bytes.store(total, std::memory_order_relaxed);
   return be;
 }
@@ -185,7 +190,7 @@ result<std::unique_ptr<model_instance>> model_instance::open(const std::string& 
   const uint32_t train = inst->model_.desc.hp.n_ctx_train;
   if (opt.cache.n_ctx == 0 || (opt.ctx_within_training && train > 0 && opt.cache.n_ctx > train))
     opt.cache.n_ctx = train;
-  auto be = make_backend(inst->model_.desc, opt);  // a split's memory plan sizes this cache
+  auto be = make_backend(inst->model_.desc, opt, inst->model_.file->source());  // a split's memory plan sizes this cache
   if (!be) return be.err();
   inst->backend_ = std::move(be.value());
   auto c = inst->backend_->make_cache(opt.cache);

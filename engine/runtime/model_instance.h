@@ -56,8 +56,10 @@ status check_gpu_fit(const model_desc& desc, const device_spec& device, const kv
 result<gpu_split> plan_gpu_split(const model_desc& desc, const std::string& gpus, const std::string& ratios,
                                  const std::string& split, const kv_cache_config& cache);
 
-// The backend `opt` asks for (CPU, or CUDA device opt.gpu), holding desc's weights.
-result<std::unique_ptr<backend>> make_backend(const model_desc& desc, const instance_options& opt);
+// The backend `opt` asks for (CPU, or CUDA device opt.gpu), holding desc's weights; `file`, the
+// mapped file desc is bound to, lets a GPU upload read the weights with pread().
+result<std::unique_ptr<backend>> make_backend(const model_desc& desc, const instance_options& opt,
+                                              const file_source& file = {});
 
 class model_instance {
  public:

@@ -53,6 +53,10 @@ status cuda_backend::init(const cuda_backend_options& opt) {
   up.slot_bytes = opt.staging_bytes;
   up.threads = opt.upload_threads;
   up.progress = opt.progress;
+  // pread() of the file instead of copies out of the mapping: opt-in until measured on a GPU
+  // (docs/PERFORMANCE.md, "Weight upload to the GPU").
+  const char* pread_env = std::getenv("TANDEM_CUDA_UPLOAD_PREAD");
+  if (pread_env && std::string_view(pread_env) == "1") up.file = opt.file;
   TANDEM_TRY(upload_weights(desc_, *ctx_, up, range_, w_, stats_));
   TANDEM_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   bytes_per_token_ = range_.head ? desc_.output->n_bytes : 0;

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/file_source.h"
+#include "core/file_source.h"
 #include "core/load_progress.h"
 
 namespace tandem {
@@ -43,6 +45,9 @@ struct cuda_backend_options {
   int upload_threads = 0;
   size_t staging_bytes = 32ull << 20;
   load_progress* progress = nullptr;
+  // The mapped model file: with TANDEM_CUDA_UPLOAD_PREAD=1 its weights are read with pread()
+  // (cuda_upload.h), not yet measured and so not the default.
+  file_source file;
   // Replay decode steps as captured CUDA graphs (the environment variable TANDEM_CUDA_GRAPHS=0
   // turns them off too, for measuring what they save).
   bool graphs = true;

@@ -5,8 +5,11 @@
 
 #include <cuda_runtime.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -60,6 +63,22 @@ struct shared_state {
   status first_error;
 };
 
+// The file's bytes behind [src, src + n) of its mapping, read into buf.
+status read_at(const file_source& f, const uint8_t* src, uint64_t n, uint8_t* buf) {
+  uint64_t off = uint64_t(src - f.base), got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(f.fd, buf + got, n - got, off_t(off + got));
+    if (r > 0) {
+      got += uint64_t(r);
+    } else if (r == 0) {
+      return make_error("CUDA upload: the model file ends at ", off + got, " bytes: it changed since it was loaded");
+    } else if (errno != EINTR) {
+      return make_error("CUDA upload: reading the model file at ", off + got, ": ", std::strerror(errno));
+    }
+  }
+  return {};
+}
+
 status run_worker(shared_state& sh) {
   TANDEM_CUDA_TRY(cudaSetDevice(sh.opt.device));
   worker_state w;
@@ -75,7 +94,9 @@ status run_worker(shared_state& sh) {
     const int b = k & 1;
     TANDEM_CUDA_TRY(cudaEventSynchronize(w.done[b]));
     auto* buf = w.buf[b].get<uint8_t>();
-    if (c.n_rows == 1) {
+    if (c.n_rows == 1 && sh.opt.file.covers(c.src, c.len)) {
+      TANDEM_TRY(read_at(sh.opt.file, c.src, c.len, buf));
+    } else if (c.n_rows == 1) {
       std::memcpy(buf, c.src, c.len);
     } else {
       for (uint64_t r = 0; r < c.n_rows; ++r) std::memcpy(buf + r * c.len, c.src + r * c.src_pitch, c.len);
