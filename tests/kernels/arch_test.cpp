@@ -40,8 +40,12 @@ TEST(kernel_arch, shared_memory_limit_follows_the_code) {
   const int limit = kernel_smem_optin();
   EXPECT_GT(limit, 48 * 1024);
   EXPECT_LE(limit, own);
-  if (kernel_arch() == 70) EXPECT_LE(limit, 96 * 1024);
-  if (kernel_arch() == device_arch()) EXPECT_EQ(limit, own);
+  if (kernel_arch() == 70) {
+    EXPECT_LE(limit, 96 * 1024);
+  }
+  if (kernel_arch() == device_arch()) {
+    EXPECT_EQ(limit, own);
+  }
 }
 
 TEST(kernel_arch, a_request_past_the_limit_is_refused_before_the_kernel_is_touched) {

@@ -184,7 +184,7 @@ TEST_F(DaemonTest, CancelFromAnotherThread) {
 TEST_F(DaemonTest, LoadSwapUnloadAndErrors) {
   auto c = open();
   const std::string second = (dir_ / "b.gguf").string();
-  auto l = c.load({"second", second, 600.0});
+  auto l = c.load({"second", second, {.keep_alive_s = 600.0}});
   ASSERT_TRUE(l.ok()) << l.err().message;
   EXPECT_EQ(l->name, "second");
   EXPECT_EQ(l->path, second);
@@ -207,7 +207,7 @@ TEST_F(DaemonTest, LoadSwapUnloadAndErrors) {
       listed = true;
     }
   EXPECT_TRUE(listed) << st->result_json;
-  auto twice = c.load({"second", second, std::nullopt});
+  auto twice = c.load({"second", second, {}});
   ASSERT_FALSE(twice.ok());
   EXPECT_EQ(twice.err().code, "exists");
   auto g = c.generate([] {

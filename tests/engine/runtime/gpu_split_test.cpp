@@ -100,7 +100,9 @@ TEST(gpu_fit, one_device_too_small_is_refused_with_the_sizes) {
   cache.n_seq_max = 64;
   auto huge = check_gpu_fit((*m)->desc, sized_device(big), cache);
   EXPECT_FALSE(huge.ok());
-  if (!huge.ok()) EXPECT_NE(huge.message().find("KV cache"), std::string::npos) << huge.message();
+  if (!huge.ok()) {
+    EXPECT_NE(huge.message().find("KV cache"), std::string::npos) << huge.message();
+  }
 }
 
 }  // namespace
