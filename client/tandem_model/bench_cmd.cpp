@@ -145,15 +145,7 @@ struct model_counts {
 
 model_counts count_model(const model_desc& d) {
   model_counts c;
-  for (const gguf_tensor* t : {d.token_embd, d.output_norm}) c.file_bytes += t->n_bytes, c.params += t->n_elements;
-  if (d.output != d.token_embd) c.file_bytes += d.output->n_bytes, c.params += d.output->n_elements;
-  for (const auto& l : d.layers)
-    for (const gguf_tensor* t : {l.attn_norm, l.wq, l.wk, l.wv, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.wo,
-                                 l.dn_qkv, l.dn_gate, l.dn_conv, l.dn_dt_bias, l.dn_a, l.dn_beta, l.dn_alpha,
-                                 l.dn_norm, l.dn_out, l.ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down, l.ffn_gate_inp,
-                                 l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps, l.ffn_gate_inp_shexp,
-                                 l.ffn_gate_shexp, l.ffn_up_shexp, l.ffn_down_shexp})
-      if (t) c.file_bytes += t->n_bytes, c.params += t->n_elements;
+  for (const gguf_tensor* t : model_tensors(d)) c.file_bytes += t->n_bytes, c.params += t->n_elements;
   // Prefill is rated on active FLOPs: a MoE token multiplies with k of its n experts only.
   c.matrix_params = active_per_token(d).params;
   return c;

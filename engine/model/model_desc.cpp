@@ -68,18 +68,24 @@ result<model_desc> bind_model(const gguf_file& file) {
   return d;
 }
 
-uint64_t model_tensor_bytes(const model_desc& d) {
-  uint64_t n = 0;
+std::vector<const gguf_tensor*> model_tensors(const model_desc& d) {
+  std::vector<const gguf_tensor*> out;
   for (const gguf_tensor* t : {d.token_embd, d.output_norm})
-    if (t) n += t->n_bytes;
-  if (!d.hp.tied_output && d.output) n += d.output->n_bytes;
+    if (t) out.push_back(t);
+  if (!d.hp.tied_output && d.output) out.push_back(d.output);
   for (const auto& l : d.layers)
     for (const gguf_tensor* t : {l.attn_norm, l.wq, l.wk, l.wv, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.wo, l.dn_qkv,
                                  l.dn_gate, l.dn_conv, l.dn_dt_bias, l.dn_a, l.dn_beta, l.dn_alpha, l.dn_norm, l.dn_out,
                                  l.ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down, l.ffn_gate_inp, l.ffn_gate_exps,
                                  l.ffn_up_exps, l.ffn_down_exps, l.ffn_gate_inp_shexp, l.ffn_gate_shexp,
                                  l.ffn_up_shexp, l.ffn_down_shexp})
-      if (t) n += t->n_bytes;
+      if (t) out.push_back(t);
+  return out;
+}
+
+uint64_t model_tensor_bytes(const model_desc& d) {
+  uint64_t n = 0;
+  for (const gguf_tensor* t : model_tensors(d)) n += t->n_bytes;
   return n;
 }
 

@@ -26,7 +26,9 @@ struct model_desc {
 // with. The file must outlive the returned description.
 result<model_desc> bind_model(const gguf_file& file);
 
-// File bytes of every tensor the description binds (the tied output head once).
+// Every tensor the description binds, each once (a tied output head is token_embd).
+std::vector<const gguf_tensor*> model_tensors(const model_desc& d);
+// Their file bytes.
 uint64_t model_tensor_bytes(const model_desc& d);
 
 // A GGUF file together with its bound description, kept at a stable address.
