@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_collective.h"
 #include "core/exchange_layout.h"
 
@@ -42,15 +43,6 @@ TEST(collective_transport, refuses_too_few_or_repeated_devices) {
   auto same = make_cuda_collectives({1, 1}, collective_transport::host);
   ASSERT_FALSE(same.ok());
   EXPECT_NE(same.message().find("distinct devices"), std::string::npos) << same.message();
-}
-
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
 }
 
 struct rank_side {
@@ -127,13 +119,13 @@ void check_exchange(const std::vector<int>& devices, bool host_memory) {
 }
 
 TEST(cuda_exchange, host_memory_two_ranks) {
-  const int n = device_count();
+  const int n = cuda_device_count();
   if (n == 0) GTEST_SKIP() << "no CUDA device";
   check_exchange(n >= 2 ? std::vector<int>{0, 1} : std::vector<int>{0, 0}, true);
 }
 
 TEST(cuda_exchange, peer_access_two_ranks) {
-  if (device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
   int ok = 0;
   ASSERT_EQ(cudaDeviceCanAccessPeer(&ok, 0, 1), cudaSuccess);
   if (!ok) GTEST_SKIP() << "devices 0 and 1 have no peer access";
@@ -141,7 +133,7 @@ TEST(cuda_exchange, peer_access_two_ranks) {
 }
 
 TEST(cuda_exchange, automatic_picks_a_transport_that_works) {
-  if (device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
   collective_transport used = collective_transport::automatic;
   auto comms = make_cuda_collectives({0, 1}, collective_transport::automatic, &used);
   ASSERT_TRUE(comms.ok()) << comms.message();
@@ -181,7 +173,7 @@ double us_per_call(std::vector<std::unique_ptr<cuda_collective>>& comms, const s
 
 // Not a check: prints the per-call cost of each transport for decode- and prefill-sized messages.
 TEST(big, exchange_latency) {
-  if (device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
   const std::vector<int> devices = {0, 1};
   for (auto t : {collective_transport::peer, collective_transport::host, collective_transport::nccl}) {
     auto comms = make_cuda_collectives(devices, t);

@@ -22,17 +22,10 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/cuda_context.h"
+
 namespace tandem {
 namespace {
-
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
 
 struct device_bytes {
   uint8_t* p = nullptr;
@@ -99,7 +92,7 @@ struct mapped_file {
 class upload : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(upload, every_piece_lands_packed_at_its_destination) {
-  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   std::vector<uint8_t> src(300000);
   std::mt19937 rng(42);
@@ -130,7 +123,7 @@ TEST_P(upload, every_piece_lands_packed_at_its_destination) {
 INSTANTIATE_TEST_SUITE_P(threads, upload, ::testing::Combine(::testing::Values(1, 3, 8), ::testing::Bool()));
 
 TEST(upload_file, a_file_shorter_than_its_mapping_claims_is_an_error) {
-  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   std::vector<uint8_t> src(8192, 7);
   const mapped_file file(src);
@@ -182,7 +175,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 TEST(big, upload_from_mapped_file) {
-  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   const char* gib = std::getenv("TANDEM_UPLOAD_BENCH_GIB");
   const uint64_t n = uint64_t(gib ? std::max(1, std::atoi(gib)) : 2) << 30;
