@@ -1,15 +1,20 @@
 // Prefill's grouped expert GEMM: for each expert's group of (token, slot) rows (launch_moe_group),
 // Y = X · W_eᵀ on WMMA fp16 tensor cores (sm_70+), weight tiles dequantized from their GGUF blocks
-// into shared memory inside the kernel; the tile schedule is read on the device (no host sync).
+// inside the kernel; the tile schedule is read on the device (no host sync). Quantized experts
+// whose n_in is a multiple of 128 (every Qwen MoE) take the decode-batch GEMM's pipelined blocks
+// (launch_qgemm_grouped); the kernel here serves the rest (f32 / f16 experts, other widths).
 #include <cuda_fp16.h>
 #include <mma.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/moe.h"
+#include "kernels/moe_tiles.cuh"
 #include "kernels/quant_blocks.cuh"
 #include "kernels/pdl.cuh"
+#include "kernels/qgemm.h"
 
 namespace tandem {
 namespace {
@@ -48,18 +53,6 @@ struct gemm_params {
   const int32_t* perm;
   const int32_t* tiles;
 };
-
-// The expert of row tile `tile`: the last e with tiles[e] <= tile (experts without rows have
-// tiles[e] == tiles[e + 1] and are never found). Requires tile < tiles[n_expert].
-__device__ int expert_of_tile(const int32_t* tiles, int n_expert, int tile) {
-  int lo = 0, hi = n_expert;  // tiles[lo] <= tile < tiles[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (__ldg(tiles + mid) <= tile) lo = mid;
-    else hi = mid;
-  }
-  return lo;
-}
 
 // Each tile row's x and y rows from perm (moe_rows mappings); -1 past the group's end.
 __device__ void tile_rows(const gemm_params& p, int r0, int r_end, smem_t& sm) {
@@ -238,6 +231,25 @@ cudaError_t launch_moe_gemm(ggml_type t, const moe_matvec_output* outs, int n_ou
   cudaError_t e = launch_pdl(to_f16_kernel, dim3(static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 65535))),
                              dim3(256), stream, x, x16, n4);
   if (e != cudaSuccess) return e;
+  static_assert(k_moe_gemm_rows == k_qgemm_max_tokens && k_moe_max_outputs <= k_qgemm_max_sets &&
+                    int(moe_rows::by_token) == int(qgemm_rows::by_token) &&
+                    int(moe_rows::by_pair) == int(qgemm_rows::by_pair) && int(moe_rows::grouped) == int(qgemm_rows::grouped),
+                "launch_qgemm_grouped's tiles, sets and rows are launch_moe_gemm's");
+  // TANDEM_MOE_GEMM_WMMA=1 keeps every type on the kernel here: the before/after of the
+  // pipelined blocks in one run (docs/PERFORMANCE.md).
+  static const bool wmma_only = [] {
+    const char* v = std::getenv("TANDEM_MOE_GEMM_WMMA");
+    return v && v[0] == '1';
+  }();
+  if (!wmma_only && gpu_can_qgemm_grouped(t, n_in)) {
+    const void* w[k_moe_max_outputs];
+    float* y[k_moe_max_outputs];
+    for (int i = 0; i < n_outs; ++i) w[i] = outs[i].w, y[i] = outs[i].y;
+    return launch_qgemm_grouped(t, w, y, n_outs, expert_stride_bytes, n_expert, n_in, n_out,
+                                reinterpret_cast<const uint16_t*>(x16), static_cast<qgemm_rows>(x_rows),
+                                static_cast<qgemm_rows>(y_rows), k, offsets, perm, tile_offsets,
+                                static_cast<unsigned>(row_tiles), stream);
+  }
   gemm_params p{};
   for (int i = 0; i < n_outs; ++i) p.w[i] = static_cast<const uint8_t*>(outs[i].w), p.y[i] = outs[i].y;
   p.stride = static_cast<int64_t>(expert_stride_bytes), p.n_in = n_in, p.n_out = n_out;

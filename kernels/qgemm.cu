@@ -13,6 +13,7 @@
 #include "kernels/arch.h"
 #include "kernels/device_attribute.h"
 #include "kernels/pdl.cuh"
+#include "kernels/moe_tiles.cuh"
 #include "kernels/quant_blocks.cuh"
 
 namespace tandem {
@@ -39,6 +40,8 @@ struct smem_t {
     } ab;
     float c[BT * LDC];  // [token][row]
   };
+  int src[BT];  // grouped launches: the x row of each token row of the tile (-1: none, zeros)
+  int dst[BT];  // and its y row (-1: not stored)
 };
 
 struct qgemm_params {
@@ -48,6 +51,25 @@ struct qgemm_params {
   int n_tok, k_steps;  // K steps of BK per piece
   float* out;          // y (one piece) or the pieces' partial sums [piece][token][n_out]
   bool add;            // one piece: y += W·x
+};
+
+// A grouped launch (launch_qgemm_grouped): blockIdx.y is a row tile of the expert groups,
+// blockIdx.z the matrix set; each block finds its expert, weights and rows on the device.
+struct grouped_params {
+  qgemm_params base;  // n_in, n_out, row_bytes, x; k_steps = n_in / BK
+  const uint8_t* w[k_qgemm_max_sets];
+  float* y[k_qgemm_max_sets];
+  int64_t expert_stride;
+  const int32_t *offsets, *perm, *tiles;
+  int n_expert, k;
+  qgemm_rows x_rows, y_rows;
+};
+
+// The weight matrix a grouped block reads: its first byte, rows and row pitch. (The helpers below
+// take it or qgemm_params, whose fields of these names a dense launch keeps in parameter space.)
+struct wview {
+  const uint8_t* w;
+  int64_t n_out, row_bytes;
 };
 
 // The weight rows stream through a ring of S shared-memory stages of raw GGUF bytes, one stage
@@ -80,14 +102,15 @@ __host__ __device__ constexpr int64_t col_bytes(int64_t cols) {
 }
 
 // The weight row of tile row `row` (rows past n_out read the last row; never stored).
-__device__ __forceinline__ const uint8_t* tile_row(const qgemm_params& p, int64_t n0, int row) {
+template <class W>
+__device__ __forceinline__ const uint8_t* tile_row(const W& p, int64_t n0, int row) {
   return p.w + min(n0 + row, p.n_out - 1) * p.row_bytes;
 }
 
 // Where tile row `row`'s column ks lies in a stage: the copy keeps each byte's address mod 16,
 // so every piece of a block keeps its alignment.
-template <class T>
-__device__ __forceinline__ const uint8_t* stage_row(const qgemm_params& p, int64_t n0, const uint8_t* stage, int row,
+template <class T, class W>
+__device__ __forceinline__ const uint8_t* stage_row(const W& p, int64_t n0, const uint8_t* stage, int row,
                                                     int64_t ks) {
   const auto a = reinterpret_cast<uintptr_t>(tile_row(p, n0, row)) + static_cast<uintptr_t>(col_bytes<T>(ks));
   return stage + row * stage_geom<T>::P + (a & 15u);
@@ -114,7 +137,8 @@ struct stage_fill {
   using G = stage_geom<T>;
   uint4 r[G::per_thread];  // below sm_80: the chunks between begin() and end()
 
-  __device__ __forceinline__ void begin(const qgemm_params& p, int64_t n0, int64_t ks, int64_t k_end, uint8_t* stage) {
+  template <class W>
+  __device__ __forceinline__ void begin(const W& p, int64_t n0, int64_t ks, int64_t k_end, uint8_t* stage) {
     const int64_t span = col_bytes<T>(min(k_end - ks, int64_t{KS}));
     const uint8_t* w_end = p.w + p.n_out * p.row_bytes;
 #pragma unroll
@@ -167,7 +191,8 @@ constexpr int k_warps = k_threads / 32;
 template <class T>
 struct generic_loader {
   using type = T;
-  static __device__ __forceinline__ void decode(const qgemm_params& p, int64_t n0, const uint8_t* stage, int64_t ks,
+  template <class W>
+  static __device__ __forceinline__ void decode(const W& p, int64_t n0, const uint8_t* stage, int64_t ks,
                                                 int col, smem_t& sm) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
@@ -185,7 +210,8 @@ struct generic_loader {
 // group's first sub-block, the high nibbles of its second (l = 16 (i % 2) .. +15).
 struct q4k_loader {
   using type = block_q4_k;
-  static __device__ __forceinline__ void decode(const qgemm_params& p, int64_t n0, const uint8_t* stage, int64_t ks,
+  template <class W>
+  static __device__ __forceinline__ void decode(const W& p, int64_t n0, const uint8_t* stage, int64_t ks,
                                                 int col, smem_t& sm) {
     const int piece = threadIdx.x % 4, g = col / 64 + piece / 2;
     const uint8_t* blk = stage_row<type>(p, n0, stage, threadIdx.x / 4, ks);
@@ -224,7 +250,8 @@ struct q4k_loader {
 // bytes keep only 2-byte alignment: 16-bit loads.
 struct q6k_loader {
   using type = block_q6_k;
-  static __device__ __forceinline__ void decode(const qgemm_params& p, int64_t n0, const uint8_t* stage, int64_t ks,
+  template <class W>
+  static __device__ __forceinline__ void decode(const W& p, int64_t n0, const uint8_t* stage, int64_t ks,
                                                 int col, smem_t& sm) {
     const int quarter = threadIdx.x % 4, h = col / 128;
     const uint8_t* blk = stage_row<type>(p, n0, stage, threadIdx.x / 4, ks);
@@ -261,13 +288,16 @@ struct x_tile {
   static constexpr int regs = NT * 16 * k_x_parts / k_threads;
 };
 
-template <int NT>
-__device__ __forceinline__ void load_x(const qgemm_params& p, int64_t k0, uint4 (&r)[x_tile<NT>::regs]) {
+// Gathered (grouped launches): token row t is x row sm.src[t]; else x row t for t < n_tok.
+template <int NT, bool Gathered>
+__device__ __forceinline__ void load_x(const qgemm_params& p, const smem_t& sm, int64_t k0,
+                                       uint4 (&r)[x_tile<NT>::regs]) {
 #pragma unroll
   for (int j = 0; j < x_tile<NT>::regs; ++j) {
     const int i = threadIdx.x + k_threads * j, t = i / k_x_parts, part = i % k_x_parts;
-    r[j] = t < p.n_tok ? __ldg(reinterpret_cast<const uint4*>(p.x + t * p.n_in + k0 + 8 * part))
-                       : make_uint4(0, 0, 0, 0);
+    const int src = Gathered ? sm.src[t] : t < p.n_tok ? t : -1;
+    r[j] = src >= 0 ? __ldg(reinterpret_cast<const uint4*>(p.x + src * p.n_in + k0 + 8 * part))
+                    : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -321,21 +351,78 @@ __device__ __forceinline__ void step_products(const smem_t& sm, int rw, int f0,
   }
 }
 
-// Grid: (row tiles, pieces of n_in). NT: 16-token fragments (ceil(n_tok / 16)). A super-step is
-// one stage (KS columns, two K steps; the piece's last may be one).
+// The first stages of a block's weights, ahead of the K loop (S - 1 of them; one below sm_80).
+template <class T, int S, class W>
+__device__ __forceinline__ void prefetch_stages(const W& wv, int64_t n0, int64_t k_begin, int64_t k_end,
+                                                int64_t supers, uint8_t* stages, stage_fill<T>& fill) {
+  for (int s = 0; s < max(S - 1, 1); ++s) {
+    if (s < supers) {
+      uint8_t* st = stages + (s % S) * stage_geom<T>::bytes;
+      fill.begin(wv, n0, k_begin + s * KS, k_end, st);
+      fill.end(st);
+    }
+    cp_async_commit();
+  }
+}
+
+// The K loop of a block from its prefetched stages: acc (this warp's 16 weight rows against its
+// token fragments f0 ..) over [k_begin, k_end) of tile rows n0 .. and the tile's x rows.
+// A super-step is one stage (KS columns, two K steps; the piece's last may be one).
+template <class L, int NT, int NH, bool Gathered, class W>
+__device__ __forceinline__ void k_loop(const qgemm_params& p, const W& wv, int64_t n0, int64_t k_begin,
+                                       int64_t k_end, smem_t& sm, uint8_t* stages, stage_fill<typename L::type>& fill,
+                                       int rw, int f0, wmma::fragment<wmma::accumulator, 16, 16, 16, float> (&acc)[NH]) {
+  using T = typename L::type;
+  constexpr int S = stages_for<T>(k_cp_async);
+  const auto stage = [&](int64_t s) { return stages + (s % S) * stage_geom<T>::bytes; };
+  const int64_t steps = (k_end - k_begin) / BK, supers = (steps + 1) / 2;
+  uint4 xr[x_tile<NT>::regs];
+  load_x<NT, Gathered>(p, sm, k_begin, xr);
+  bool refill = false;
+  for (int64_t j = 0; j < steps; ++j) {
+    const int64_t s = j / 2, ks = k_begin + s * KS;
+    const int half = static_cast<int>(j % 2);
+    if (half == 0) wait_stage<S>();
+    __syncthreads();  // the stage has landed; the previous step's fragments are loaded
+    L::decode(wv, n0, stage(s), ks, half * BK, sm);
+    store_x<NT>(xr, sm);
+    __syncthreads();
+    // The stage S - 1 ahead (with one stage: the next, in registers until this one is decoded).
+    const int64_t next = S > 1 ? s + S - 1 : s + 1;
+    if (half == 0) {
+      refill = next < supers;
+      if (refill) fill.begin(wv, n0, k_begin + next * KS, k_end, stage(next));
+      cp_async_commit();
+    }
+    if (j + 1 < steps) load_x<NT, Gathered>(p, sm, k_begin + (j + 1) * BK, xr);
+    if (refill && half == 1) fill.end(stage(next)), refill = false;  // (a last one-step stage refills none)
+    step_products<NT, NH>(sm, rw, f0, acc);
+  }
+  cp_async_wait<0>();
+}
+
+// This warp's fragments into sm.c ([token][row]) once every warp is done with the tiles.
+template <int NT, int NH>
+__device__ __forceinline__ void stage_results(smem_t& sm, int rw, int f0,
+                                              const wmma::fragment<wmma::accumulator, 16, 16, 16, float> (&acc)[NH]) {
+  __syncthreads();  // C overwrites the tiles
+#pragma unroll
+  for (int i = 0; i < NH; ++i)
+    if (f0 + i < NT) wmma::store_matrix_sync(sm.c + (f0 + i) * 16 * LDC + rw * 16, acc[i], LDC, wmma::mem_col_major);
+  __syncthreads();
+}
+
+// Grid: (row tiles, pieces of n_in). NT: 16-token fragments (ceil(n_tok / 16)).
 template <class L, int NT>
 __global__ void __launch_bounds__(k_threads) qgemm_kernel(qgemm_params p) {
   using T = typename L::type;
-  using G = stage_geom<T>;
   constexpr int S = stages_for<T>(k_cp_async);
   extern __shared__ __align__(128) uint8_t dyn[];
   smem_t& sm = *reinterpret_cast<smem_t*>(dyn);
-  const auto stage = [&](int64_t s) { return dyn + sizeof(smem_t) + (s % S) * G::bytes; };
+  uint8_t* stages = dyn + sizeof(smem_t);
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * BN;
   const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * p.k_steps * BK;
   const int64_t k_end = min(p.n_in, k_begin + static_cast<int64_t>(p.k_steps) * BK);
-  const int64_t steps = (k_end - k_begin) / BK, supers = (steps + 1) / 2;
-  // This warp's 16 weight rows and token fragments f0 .. f0 + NH - 1 (those below NT).
   constexpr int NH = (NT + 1) / 2;
   const int warp = threadIdx.x / 32, rw = warp % k_row_warps, f0 = (warp / k_row_warps) * NH;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NH];
@@ -343,43 +430,11 @@ __global__ void __launch_bounds__(k_threads) qgemm_kernel(qgemm_params p) {
   for (int i = 0; i < NH; ++i) wmma::fill_fragment(acc[i], 0.f);
   // Weights are never written by an earlier kernel: their first stages go ahead of pdl_wait.
   stage_fill<T> fill;
-  for (int s = 0; s < max(S - 1, 1); ++s) {
-    if (s < supers) {
-      fill.begin(p, n0, k_begin + s * KS, k_end, stage(s));
-      fill.end(stage(s));
-    }
-    cp_async_commit();
-  }
+  prefetch_stages<T, S>(p, n0, k_begin, k_end, ((k_end - k_begin) / BK + 1) / 2, stages, fill);
   pdl_wait();
-  uint4 xr[x_tile<NT>::regs];
-  load_x<NT>(p, k_begin, xr);
-  bool refill = false;
-  for (int64_t j = 0; j < steps; ++j) {
-    const int64_t s = j / 2, ks = k_begin + s * KS;
-    const int half = static_cast<int>(j % 2);
-    if (half == 0) wait_stage<S>();
-    __syncthreads();  // the stage has landed; the previous step's fragments are loaded
-    L::decode(p, n0, stage(s), ks, half * BK, sm);
-    store_x<NT>(xr, sm);
-    __syncthreads();
-    // The stage S - 1 ahead (with one stage: the next, in registers until this one is decoded).
-    const int64_t next = S > 1 ? s + S - 1 : s + 1;
-    if (half == 0) {
-      refill = next < supers;
-      if (refill) fill.begin(p, n0, k_begin + next * KS, k_end, stage(next));
-      cp_async_commit();
-    }
-    if (j + 1 < steps) load_x<NT>(p, k_begin + (j + 1) * BK, xr);
-    if (refill && half == 1) fill.end(stage(next)), refill = false;  // (a last one-step stage refills none)
-    step_products<NT, NH>(sm, rw, f0, acc);
-  }
-  cp_async_wait<0>();
+  k_loop<L, NT, NH, false>(p, p, n0, k_begin, k_end, sm, stages, fill, rw, f0, acc);
   pdl_trigger();
-  __syncthreads();  // C overwrites the tiles
-#pragma unroll
-  for (int i = 0; i < NH; ++i)
-    if (f0 + i < NT) wmma::store_matrix_sync(sm.c + (f0 + i) * 16 * LDC + rw * 16, acc[i], LDC, wmma::mem_col_major);
-  __syncthreads();
+  stage_results<NT, NH>(sm, rw, f0, acc);
   const bool pieces = gridDim.y > 1;
   float* out = p.out + (pieces ? static_cast<int64_t>(blockIdx.y) * p.n_tok * p.n_out : 0);
   for (int i = threadIdx.x; i < p.n_tok * BN; i += k_threads) {
@@ -388,6 +443,57 @@ __global__ void __launch_bounds__(k_threads) qgemm_kernel(qgemm_params p) {
     float& y = out[static_cast<int64_t>(t) * p.n_out + n0 + r];
     const float v = sm.c[t * LDC + r];
     y = !pieces && p.add ? y + v : v;
+  }
+}
+
+// Grid: (output tiles, row tiles' upper bound, matrix sets); blocks past tiles[n_expert] exit.
+// Every row tile holds up to BT rows of one expert; its weights are that expert's matrix.
+// Blocks per SM a grouped kernel is compiled for (registers capped to fit them): three where
+// their shared memory fits three (an SM's 228 KiB, 1 KiB reserved per block: Q4_0, Q4_K), else
+// two (at most 128 registers, as the dense kernels get). Three blocks of 80 registers (with some
+// spills) against two of 128 measured 1,294 / 687 us against 1,667 / 985 us for a Qwen3-30B-A3B
+// layer's Q4_K gate+up / down at 2048 tokens (kernels_moe_test big.moe_prefill_tflops).
+template <class T>
+constexpr int grouped_min_blocks() {
+  return k_cp_async && 3 * (smem_bytes<T>(true) + 1024) <= 228 * 1024 ? 3 : 2;
+}
+
+template <class L>
+__global__ void __launch_bounds__(k_threads, grouped_min_blocks<typename L::type>())
+    qgemm_grouped_kernel(grouped_params g) {
+  using T = typename L::type;
+  constexpr int S = stages_for<T>(k_cp_async), NT = BT / 16, NH = NT / 2;
+  extern __shared__ __align__(128) uint8_t dyn[];
+  smem_t& sm = *reinterpret_cast<smem_t*>(dyn);
+  uint8_t* stages = dyn + sizeof(smem_t);
+  const qgemm_params& p = g.base;
+  pdl_wait();  // the groups come from the kernel before
+  const int tile = blockIdx.y;
+  if (tile >= __ldg(g.tiles + g.n_expert)) return;
+  const int e = expert_of_tile(g.tiles, g.n_expert, tile);
+  const int r0 = __ldg(g.offsets + e) + (tile - __ldg(g.tiles + e)) * BT, r_end = __ldg(g.offsets + e + 1);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * BN;
+  const wview wv{g.w[blockIdx.z] + e * g.expert_stride, p.n_out, p.row_bytes};
+  stage_fill<T> fill;
+  prefetch_stages<T, S>(wv, n0, 0, p.n_in, (p.n_in / BK + 1) / 2, stages, fill);
+  for (int i = threadIdx.x; i < BT; i += k_threads) {
+    const int r = r0 + i;
+    const int pair = r < r_end ? __ldg(g.perm + r) : -1;
+    sm.src[i] = pair < 0 ? -1 : g.x_rows == qgemm_rows::by_token ? pair / g.k : g.x_rows == qgemm_rows::by_pair ? pair : r;
+    sm.dst[i] = pair < 0 ? -1 : g.y_rows == qgemm_rows::by_pair ? pair : r;
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32, rw = warp % k_row_warps, f0 = (warp / k_row_warps) * NH;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NH];
+#pragma unroll
+  for (int i = 0; i < NH; ++i) wmma::fill_fragment(acc[i], 0.f);
+  k_loop<L, NT, NH, true>(p, wv, n0, 0, p.n_in, sm, stages, fill, rw, f0, acc);
+  pdl_trigger();
+  stage_results<NT, NH>(sm, rw, f0, acc);
+  float* y = g.y[blockIdx.z];
+  for (int i = threadIdx.x; i < BT * BN; i += k_threads) {
+    const int t = i / BN, r = i % BN, d = sm.dst[t];
+    if (d >= 0 && n0 + r < p.n_out) y[static_cast<int64_t>(d) * p.n_out + n0 + r] = sm.c[t * LDC + r];
   }
 }
 
@@ -407,43 +513,55 @@ __global__ void __launch_bounds__(256) qgemm_sum_kernel(const float* __restrict_
 // Whether the kernels copy with cp.async (built for compute capability 8+: kernel_arch()).
 bool device_cp_async() { return kernel_arch() >= 80; }
 
-// Launches one instantiation with its stages' shared memory, raising the kernel's dynamic shared
-// memory limit once per device (past 48 KiB it must be asked for).
-template <class L, int NT>
-cudaError_t launch_with_stages(const qgemm_params& p, dim3 grid, cudaStream_t s) {
+// Launches kernel K (weights of loader L's type) with its stages' shared memory, raising the
+// kernel's dynamic shared memory limit once per device (past 48 KiB it must be asked for).
+template <class L, class P, void (*K)(P)>
+cudaError_t launch_with_stages(const P& p, dim3 grid, cudaStream_t s) {
   constexpr int k_max_devices = 64;
   static std::atomic<uint64_t> raised{0};  // bit d: done on device d
   const size_t bytes = smem_bytes<typename L::type>(device_cp_async());
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= k_max_devices) return cudaErrorInvalidDevice;
   if (!(raised.load(std::memory_order_relaxed) >> dev & 1u)) {
-    const cudaError_t e = allow_dynamic_smem(qgemm_kernel<L, NT>, static_cast<int>(bytes));
+    const cudaError_t e = allow_dynamic_smem(K, static_cast<int>(bytes));
     if (e != cudaSuccess) return e;
     raised.fetch_or(uint64_t{1} << dev, std::memory_order_relaxed);
   }
-  return launch_pdl_shared(qgemm_kernel<L, NT>, grid, dim3(k_threads), bytes, s, p);
+  return launch_pdl_shared(K, grid, dim3(k_threads), bytes, s, p);
 }
+
+// A dense launch: the instantiation for the launch's 16-token fragments.
+template <class L>
+struct dense_launch {
+  static cudaError_t go(const qgemm_params& p, dim3 grid, cudaStream_t s) {
+    switch ((p.n_tok + 15) / 16) {
+      case 1: return launch_with_stages<L, qgemm_params, qgemm_kernel<L, 1>>(p, grid, s);
+      case 2: return launch_with_stages<L, qgemm_params, qgemm_kernel<L, 2>>(p, grid, s);
+      case 3: return launch_with_stages<L, qgemm_params, qgemm_kernel<L, 3>>(p, grid, s);
+      default: return launch_with_stages<L, qgemm_params, qgemm_kernel<L, 4>>(p, grid, s);
+    }
+  }
+};
 
 template <class L>
-cudaError_t launch_nt(const qgemm_params& p, dim3 grid, cudaStream_t s) {
-  switch ((p.n_tok + 15) / 16) {
-    case 1: return launch_with_stages<L, 1>(p, grid, s);
-    case 2: return launch_with_stages<L, 2>(p, grid, s);
-    case 3: return launch_with_stages<L, 3>(p, grid, s);
-    default: return launch_with_stages<L, 4>(p, grid, s);
+struct grouped_launch {
+  static cudaError_t go(const grouped_params& g, dim3 grid, cudaStream_t s) {
+    return launch_with_stages<L, grouped_params, qgemm_grouped_kernel<L>>(g, grid, s);
   }
-}
+};
 
-cudaError_t launch_of(ggml_type t, const qgemm_params& p, dim3 grid, cudaStream_t s) {
+// The loader of each type, for launch F (dense_launch or grouped_launch).
+template <template <class> class F, class P>
+cudaError_t launch_of(ggml_type t, const P& p, dim3 grid, cudaStream_t s) {
   switch (t) {
-    case ggml_type::q4_0: return launch_nt<generic_loader<block_q4_0>>(p, grid, s);
-    case ggml_type::q4_1: return launch_nt<generic_loader<block_q4_1>>(p, grid, s);
-    case ggml_type::q5_0: return launch_nt<generic_loader<block_q5_0>>(p, grid, s);
-    case ggml_type::q5_1: return launch_nt<generic_loader<block_q5_1>>(p, grid, s);
-    case ggml_type::q8_0: return launch_nt<generic_loader<block_q8_0>>(p, grid, s);
-    case ggml_type::q4_k: return launch_nt<q4k_loader>(p, grid, s);
-    case ggml_type::q5_k: return launch_nt<generic_loader<block_q5_k>>(p, grid, s);
-    case ggml_type::q6_k: return launch_nt<q6k_loader>(p, grid, s);
+    case ggml_type::q4_0: return F<generic_loader<block_q4_0>>::go(p, grid, s);
+    case ggml_type::q4_1: return F<generic_loader<block_q4_1>>::go(p, grid, s);
+    case ggml_type::q5_0: return F<generic_loader<block_q5_0>>::go(p, grid, s);
+    case ggml_type::q5_1: return F<generic_loader<block_q5_1>>::go(p, grid, s);
+    case ggml_type::q8_0: return F<generic_loader<block_q8_0>>::go(p, grid, s);
+    case ggml_type::q4_k: return F<q4k_loader>::go(p, grid, s);
+    case ggml_type::q5_k: return F<generic_loader<block_q5_k>>::go(p, grid, s);
+    case ggml_type::q6_k: return F<q6k_loader>::go(p, grid, s);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -497,12 +615,43 @@ cudaError_t launch_qgemm(ggml_type t, const void* w, int64_t n_in, int64_t n_out
   p.out = pieces > 1 ? static_cast<float*>(work) : y;
   p.add = add;
   const dim3 grid(static_cast<unsigned>((n_out + BN - 1) / BN), static_cast<unsigned>(pieces));
-  cudaError_t e = launch_of(t, p, grid, stream);
+  cudaError_t e = launch_of<dense_launch>(t, p, grid, stream);
   if (e != cudaSuccess || pieces == 1) return e;
   const int64_t n = int64_t{n_tok} * n_out;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 1024));
   return launch_pdl(qgemm_sum_kernel, dim3(blocks), dim3(256), stream, static_cast<const float*>(work), pieces, n,
                     y, add);
+}
+
+bool gpu_can_qgemm_grouped(ggml_type t, int64_t n_in) {
+  return gpu_can_qgemm(t) && n_in >= BK && n_in % BK == 0 && n_in % type_info(t).block_size == 0;
+}
+
+cudaError_t launch_qgemm_grouped(ggml_type t, const void* const* w, float* const* y, int n_sets, size_t expert_stride,
+                                 int n_expert, int64_t n_in, int64_t n_out, const uint16_t* x16, qgemm_rows x_rows,
+                                 qgemm_rows y_rows, int k, const int32_t* offsets, const int32_t* perm,
+                                 const int32_t* tile_offsets, unsigned row_tiles, cudaStream_t stream) {
+  if (!gpu_can_qgemm_grouped(t, n_in) || n_sets < 1 || n_sets > k_qgemm_max_sets || n_expert < 1 || k < 1 ||
+      n_out < 1 || (n_out + BN - 1) / BN > 0x7fffffff || row_tiles > 65535 || y_rows == qgemm_rows::by_token ||
+      !x16 || !offsets || !perm || !tile_offsets)
+    return cudaErrorInvalidValue;
+  if (row_tiles == 0) return cudaSuccess;
+  if (!aligned(x16, 16) || expert_stride % 16 != 0) return cudaErrorMisalignedAddress;
+  grouped_params g{};
+  for (int i = 0; i < n_sets; ++i) {
+    if (!w[i] || !y[i]) return cudaErrorInvalidValue;
+    if (!aligned(w[i], 16)) return cudaErrorMisalignedAddress;
+    g.w[i] = static_cast<const uint8_t*>(w[i]), g.y[i] = y[i];
+  }
+  g.base.n_in = n_in, g.base.n_out = n_out;
+  g.base.row_bytes = static_cast<int64_t>(*row_bytes(t, static_cast<uint64_t>(n_in)));
+  g.base.x = reinterpret_cast<const __half*>(x16);
+  g.base.n_tok = BT, g.base.k_steps = static_cast<int>(n_in / BK);
+  g.expert_stride = static_cast<int64_t>(expert_stride);
+  g.offsets = offsets, g.perm = perm, g.tiles = tile_offsets;
+  g.n_expert = n_expert, g.k = k, g.x_rows = x_rows, g.y_rows = y_rows;
+  const dim3 grid(static_cast<unsigned>((n_out + BN - 1) / BN), row_tiles, static_cast<unsigned>(n_sets));
+  return launch_of<grouped_launch>(t, g, grid, stream);
 }
 
 }  // namespace tandem

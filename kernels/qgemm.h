@@ -1,4 +1,4 @@
-// Host launcher for the decode-batch GEMM: y = W·x for 9..64 tokens (many sequences' next tokens
+// Host launchers for the decode-batch GEMM: y = W·x for 9..64 tokens (many sequences' next tokens
 // in one serving pass) straight from the weight's GGUF blocks, on fp16 tensor cores. Each weight
 // is read from memory and dequantized once per launch, where the mat-vec re-reads the weights
 // every 8 tokens and the prefill GEMM path writes and reads a whole fp16 copy of them.
@@ -38,5 +38,29 @@ size_t qgemm_work_bytes(int64_t n_in, int64_t n_out, int n_tok);
 // type or bad sizes, cudaErrorMisalignedAddress for misaligned pointers, else the launch status.
 cudaError_t launch_qgemm(ggml_type t, const void* w, int64_t n_in, int64_t n_out, const uint16_t* x16, int n_tok,
                          float* y, bool add, void* work, cudaStream_t stream);
+
+// ---- The grouped form: prefill's expert GEMM (kernels/moe.h's launch_moe_gemm) ------------
+// The same blocks, each on one row tile of up to k_qgemm_max_tokens rows of one expert's group,
+// which it finds on the device: the groups' sizes never reach the host.
+constexpr int k_qgemm_max_sets = 2;  // matrix sets of one launch (gate and up, sharing x)
+
+// Where a grouped row r (pair p = perm[r]) takes its x and puts its y (as kernels/moe.h's moe_rows).
+enum class qgemm_rows : int { by_token = 0, by_pair = 1, grouped = 2 };
+
+// Types as gpu_can_qgemm; n_in a positive multiple of k_qgemm_k_step and of the type's block.
+bool gpu_can_qgemm_grouped(ggml_type t, int64_t n_in);
+
+// For each expert e < n_expert and each of its grouped rows r (offsets[e] <= r < offsets[e + 1]),
+// for each set m < n_sets: y[m][row_y(r)] = W_{m,e} · x16[row_x(r)], where W_{m,e} (n_out rows of
+// n_in, GGUF layout) starts at w[m] + e * expert_stride bytes; row_x: pair / k, pair or r for
+// by_token, by_pair, grouped; row_y: pair or r (by_token is refused). Row tile i of the grid
+// (i < row_tiles, a host-side bound) is tile i - tile_offsets[e] of the expert e with
+// tile_offsets[e] <= i < tile_offsets[e + 1] (tiles of k_qgemm_max_tokens rows); tiles past
+// tile_offsets[n_expert] exit at once. fp32 accumulation over fp16 products, each output from
+// one block (deterministic). w[m] and x16 16-byte aligned, expert_stride a multiple of 16.
+cudaError_t launch_qgemm_grouped(ggml_type t, const void* const* w, float* const* y, int n_sets, size_t expert_stride,
+                                 int n_expert, int64_t n_in, int64_t n_out, const uint16_t* x16, qgemm_rows x_rows,
+                                 qgemm_rows y_rows, int k, const int32_t* offsets, const int32_t* perm,
+                                 const int32_t* tile_offsets, unsigned row_tiles, cudaStream_t stream);
 
 }  // namespace tandem

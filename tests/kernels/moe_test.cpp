@@ -417,6 +417,10 @@ TEST(moe, grouped_gemm_matches_cpu) {
       {ggml_type::q4_1, 17, 2, 4, 64, 40, mr::by_pair, mr::grouped, 0, 1},
       {ggml_type::q5_0, 17, 2, 4, 64, 40, mr::by_token, mr::grouped, 0, 1},
       {ggml_type::q5_1, 17, 2, 4, 64, 40, mr::by_token, mr::grouped, 0, 1},
+      // n_in a multiple of 128 with the generic decoders of the pipelined (qgemm) blocks
+      {ggml_type::q8_0, 70, 8, 16, 384, 96, mr::by_pair, mr::by_pair, 0, 1},
+      {ggml_type::q5_0, 40, 2, 4, 256, 72, mr::by_token, mr::grouped, 2, 2},
+      {ggml_type::q6_k, 200, 8, 4, 256, 64, mr::by_token, mr::grouped, 1, 2},  // 25 tiles on one expert
   };
   for (const auto& c : cases) check_gemm(c);
 }

@@ -1,7 +1,9 @@
 // The CUDA backend's per-device context and memory owners.
 #include "backend/cuda/cuda_context.h"
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 
 #include "kernels/cuda_check.h"
 
@@ -12,11 +14,36 @@ error cublas_error(cublasStatus_t code, const char* expr, const char* file, int 
                     " at ", file, ":", line);
 }
 
+namespace {
+
+std::atomic<size_t> g_live_bytes{0};
+
+// The cap, from TANDEM_CUDA_ALLOC_LIMIT until set_device_alloc_limit changes it.
+std::atomic<size_t>& alloc_limit() {
+  static std::atomic<size_t> limit{[] {
+    const char* v = std::getenv("TANDEM_CUDA_ALLOC_LIMIT");
+    return v ? static_cast<size_t>(std::strtoull(v, nullptr, 10)) : size_t{0};
+  }()};
+  return limit;
+}
+
+}  // namespace
+
+void set_device_alloc_limit(size_t bytes) { alloc_limit().store(bytes); }
+
+size_t device_buffer_bytes() { return g_live_bytes.load(); }
+
 status device_buffer::alloc(size_t bytes) {
   release();
   if (bytes == 0) return {};
+  const size_t limit = alloc_limit().load();
+  if (limit != 0 && g_live_bytes.load() + bytes > limit)
+    return make_error(cuda_error(cudaErrorMemoryAllocation, "cudaMalloc", __FILE__, __LINE__).message,
+                      " (TANDEM_CUDA_ALLOC_LIMIT: ", limit, " bytes, ", g_live_bytes.load(), " held, ", bytes,
+                      " asked)");
   TANDEM_CUDA_TRY(cudaMalloc(&p_, bytes));
   bytes_ = bytes;
+  g_live_bytes += bytes;
   return {};
 }
 
@@ -27,6 +54,7 @@ status device_buffer::ensure(size_t bytes) {
 
 void device_buffer::release() {
   if (p_) TANDEM_CUDA_LOG(cudaFree(p_));
+  g_live_bytes -= bytes_;
   p_ = nullptr;
   bytes_ = 0;
 }

@@ -23,6 +23,14 @@ error cublas_error(cublasStatus_t code, const char* expr, const char* file, int 
       return ::tandem::cublas_error(tandem_blas_s_, #expr, __FILE__, __LINE__);      \
   } while (0)
 
+// Fault injection for tests (issue 24): a cap on the bytes all device_buffers of this process
+// hold together. An alloc past it fails as cudaMalloc fails on a full device (cudaErrorMemoryAllocation,
+// nothing allocated), so a load's failure path runs on a GPU with room to spare. 0: no cap (the
+// default; the environment variable TANDEM_CUDA_ALLOC_LIMIT, in bytes, read at the first
+// allocation, sets it for a whole process such as tandemd).
+void set_device_alloc_limit(size_t bytes);
+size_t device_buffer_bytes();  // held by device_buffers now, over every device
+
 // Device memory that can grow; contents are not kept across a grow.
 class device_buffer {
  public:
