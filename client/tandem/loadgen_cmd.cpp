@@ -2,6 +2,7 @@
 // chunk, the gaps between chunks and the token rates are reported (the figures: load_stats.h).
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -32,6 +33,7 @@ struct loadgen_options {
   bool raw = false;
   double temperature = 0;
   double timeout_s = 0;  // per request; 0: wait as long as it takes
+  double duration_s = 0;  // > 0: no request starts after this many seconds
 };
 
 double seconds_since(steady::time_point t0) { return std::chrono::duration<double>(steady::now() - t0).count(); }
@@ -97,12 +99,14 @@ bool stream_one(connection& c, const generate_request& req, double timeout_s, re
 // the order requests finish (so the "first" failure is the first to happen).
 class load_run {
  public:
-  load_run(const global_options& g, const loadgen_options& o, std::uint64_t total) : g_(g), o_(o), total_(total) {}
+  load_run(const global_options& g, const loadgen_options& o, std::uint64_t total, steady::time_point t0)
+      : g_(g), o_(o), total_(total), t0_(t0) {}
 
-  // One client: takes request numbers until none are left. A connection that broke is opened
-  // again for the next request; a failed connect fails that request only.
+  // One client: takes request numbers until none are left or --duration has passed (a request
+  // already running then still finishes). A connection that broke is opened again for the next
+  // request; a failed connect fails that request only.
   void client(std::optional<connection> c) {
-    for (std::uint64_t i; (i = next_.fetch_add(1)) < total_;) {
+    for (std::uint64_t i; !out_of_time() && (i = next_.fetch_add(1)) < total_;) {
       request_sample s;
       if (!c) {
         auto fresh = connect_to_daemon(g_.socket);
@@ -124,9 +128,12 @@ class load_run {
   const std::vector<request_sample>& samples() const { return samples_; }
 
  private:
+  bool out_of_time() const { return o_.duration_s > 0 && seconds_since(t0_) >= o_.duration_s; }
+
   const global_options& g_;
   const loadgen_options& o_;
   const std::uint64_t total_;
+  const steady::time_point t0_;
   std::atomic<std::uint64_t> next_{0};
   std::mutex mu_;
   std::vector<request_sample> samples_;
@@ -177,7 +184,8 @@ int loadgen(const global_options& g, const loadgen_options& o) {
   if (!o.model.empty() && !proto::valid_model_name(o.model))
     return report({exit_status::usage, "'" + o.model + "' is not a model name (1-64 of A-Z a-z 0-9 . _ : -)"});
   if (o.prompt.empty()) return report({exit_status::usage, "the prompt is empty"});
-  const std::uint64_t total = o.requests.value_or(o.clients);
+  // With --duration alone the clock ends the run, not a request count.
+  const std::uint64_t total = o.requests.value_or(o.duration_s > 0 ? UINT64_MAX : o.clients);
   // More clients than requests would only hold idle connections.
   const auto clients = static_cast<std::size_t>(std::min<std::uint64_t>(o.clients, total));
   // Connect every client before the clock starts: a daemon that is not there is one clear
@@ -189,8 +197,8 @@ int loadgen(const global_options& g, const loadgen_options& o) {
     apply_timeout(*c, o.timeout_s);
     conns.emplace_back(std::move(*c));
   }
-  load_run run(g, o, total);
   const auto t0 = steady::now();
+  load_run run(g, o, total, t0);
   std::vector<std::thread> threads;
   for (auto& c : conns) threads.emplace_back([&run, &c] { run.client(std::move(c)); });
   for (auto& t : threads) t.join();
@@ -212,7 +220,8 @@ void add_loadgen_command(CLI::App& app, const global_options& g, action& act) {
   cmd->add_option("-c,--clients", o->clients, "Concurrent clients, each on its own connection")
       ->check(CLI::Range(1u, 4096u))
       ->capture_default_str();
-  cmd->add_option("-r,--requests", o->requests, "Requests in all, shared by the clients (default: one per client)")
+  cmd->add_option("-r,--requests", o->requests,
+                  "Requests in all, shared by the clients (default: one per client; none with --duration)")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 32));
   cmd->add_option("-n,--max-tokens", o->max_tokens, "Most tokens to generate per request")
       ->check(CLI::Range(1u, 1u << 20))
@@ -224,6 +233,9 @@ void add_loadgen_command(CLI::App& app, const global_options& g, action& act) {
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   cmd->add_option("--timeout", o->timeout_s, "Seconds one request may take, 0 = no limit")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  cmd->add_option("--duration", o->duration_s, "Seconds after which no request starts, 0 = none (running ones finish)")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   cmd->callback([&g, &act, o] { act = [&g, o] { return loadgen(g, *o); }; });

@@ -834,11 +834,12 @@ def main():
     ARGS = ap.parse_args()
     TMP = tempfile.mkdtemp(prefix="tandem-e2e-")
     model = make_model("tiny.gguf", 1)
-    # The hardening and load progress cases live in their own files and use this module's Client,
+    # The hardening, load progress and swap-load cases live in their own files and use this module's Client,
     # Daemon and ARGS: they must import this very module, not a second copy of it under its file name.
     sys.modules.setdefault("e2e_test", sys.modules[__name__])
-    import e2e_hardening_test, e2e_load_progress_test
-    tests = [(n, f) for mod in (globals(), vars(e2e_hardening_test), vars(e2e_load_progress_test))
+    import e2e_hardening_test, e2e_load_progress_test, e2e_swap_load_test
+    tests = [(n, f) for mod in (globals(), vars(e2e_hardening_test), vars(e2e_load_progress_test),
+                                vars(e2e_swap_load_test))
              for n, f in mod.items() if n.startswith("test_")]
     if ARGS.tests:
         tests = [(n, f) for n, f in tests if n[5:] in ARGS.tests or n in ARGS.tests]
