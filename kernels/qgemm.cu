@@ -191,6 +191,7 @@ constexpr int k_warps = k_threads / 32;
 template <class T>
 struct generic_loader {
   using type = T;
+  static constexpr int nt1_blocks = 0;  // blocks per SM one-fragment launches are compiled for (0: ptxas decides)
   template <class W>
   static __device__ __forceinline__ void decode(const W& p, int64_t n0, const uint8_t* stage, int64_t ks,
                                                 int col, smem_t& sm) {
@@ -210,6 +211,7 @@ struct generic_loader {
 // group's first sub-block, the high nibbles of its second (l = 16 (i % 2) .. +15).
 struct q4k_loader {
   using type = block_q4_k;
+  static constexpr int nt1_blocks = 0;
   template <class W>
   static __device__ __forceinline__ void decode(const W& p, int64_t n0, const uint8_t* stage, int64_t ks,
                                                 int col, smem_t& sm) {
@@ -250,6 +252,9 @@ struct q4k_loader {
 // bytes keep only 2-byte alignment: 16-bit loads.
 struct q6k_loader {
   using type = block_q6_k;
+  // Three blocks' registers (80) for one fragment, as the occupancy budget records: left free,
+  // ptxas takes 98 since the K loop moved into k_loop, two blocks per SM.
+  static constexpr int nt1_blocks = 3;
   template <class W>
   static __device__ __forceinline__ void decode(const W& p, int64_t n0, const uint8_t* stage, int64_t ks,
                                                 int col, smem_t& sm) {
@@ -414,7 +419,7 @@ __device__ __forceinline__ void stage_results(smem_t& sm, int rw, int f0,
 
 // Grid: (row tiles, pieces of n_in). NT: 16-token fragments (ceil(n_tok / 16)).
 template <class L, int NT>
-__global__ void __launch_bounds__(k_threads) qgemm_kernel(qgemm_params p) {
+__global__ void __launch_bounds__(k_threads, NT == 1 ? L::nt1_blocks : 0) qgemm_kernel(qgemm_params p) {
   using T = typename L::type;
   constexpr int S = stages_for<T>(k_cp_async);
   extern __shared__ __align__(128) uint8_t dyn[];
