@@ -242,6 +242,8 @@ parse_outcome finish(CLI::App& app, daemon_config c, const raw_options& raw) {
       return usage_error("--gpu '" + raw.gpu + "': expected auto, -1 (the CPU backend) or a CUDA device id 0-1023");
     c.gpu = static_cast<int>(id);
   }
+  if (!c.gpus.empty())
+    if (auto e = check_gpu_list(c.gpus)) return usage_error("--" + *e);
   auto budget = parse_byte_size(raw.memory_budget, "--memory-budget");
   if (!budget) return usage_error(budget.message());
   c.memory_budget = *budget;

@@ -241,9 +241,21 @@ std::vector<CLI::ConfigItem> model_table_config::from_config(std::istream& in) c
   return items;
 }
 
+std::optional<std::string> check_gpu_list(const std::string& gpus) {
+  auto d = parse_device_list(gpus);
+  if (!d) return "gpus '" + gpus + "': " + d.message();
+  // The planner's list also takes GPU models and bare sizes (what-if devices); tandemd serves on
+  // real ones, so each item must name a CUDA id.
+  for (const device_request& r : *d)
+    if (r.cuda_id < 0)
+      return "gpus '" + gpus + "': '" + r.text + "' is not a CUDA device id (tandemd serves on devices like " +
+             "0,1 or 0=16GiB,1=32GiB; GPU models and sizes alone are for tandem-model plan --devices)";
+  return std::nullopt;
+}
+
 std::optional<std::string> check_device_fields(const proto::model_settings& s) {
   if (s.gpus)
-    if (auto d = parse_device_list(*s.gpus); !d) return "gpus '" + *s.gpus + "': " + d.message();
+    if (auto e = check_gpu_list(*s.gpus)) return e;
   if (s.ratios)
     if (auto r = parse_ratio_list(*s.ratios); !r) return "ratios '" + *s.ratios + "': " + r.message();
   return std::nullopt;

@@ -43,7 +43,11 @@ class model_table_config : public CLI::ConfigTOML {
   std::shared_ptr<model_tables_read> out_;
 };
 
-// The syntax of the device list and the ratios (the memory plan's parsers): an error naming the
+// A gpus list as tandemd takes it: CUDA ids, each with an optional cap (0,1 or 0=16GiB,1=32GiB);
+// an error naming the list, e.g. "gpus 'v100-16gb': ...".
+std::optional<std::string> check_gpu_list(const std::string& gpus);
+
+// The device list (check_gpu_list) and the ratios (the memory plan's parser): an error naming the
 // field, e.g. "gpus '0,x': ...". Other fields are checked where they are read.
 std::optional<std::string> check_device_fields(const proto::model_settings& s);
 

@@ -94,6 +94,10 @@ TEST(daemon_config, every_usage_error_exits_2) {
       {"--config", "/dev/null", "--model-gpus", "big="},
       {"--config", "/dev/null", "--model-gpus", "bad name=0,1"},
       {"--config", "/dev/null", "--model-ratios", "big=1,2", "--model-ratios", "big=1,3"},
+      {"--config", "/dev/null", "--gpus", "0,x"},
+      {"--config", "/dev/null", "--gpus", "v100-16gb,v100-32gb"},  // the planner's GPU models
+      {"--config", "/dev/null", "--gpus", "16GiB"},
+      {"--config", "/dev/null", "--model-gpus", "big=h200"},
   };
   for (const auto& args : cases) {
     auto r = parse(args);
@@ -107,6 +111,20 @@ TEST(daemon_config, every_usage_error_exits_2) {
     EXPECT_EQ(r.exit_code, exit_ok) << flag;
     EXPECT_FALSE(r.output.empty()) << flag;
   }
+}
+
+// tandemd serves on CUDA devices: a GPU model (what tandem-model plan --devices takes) in gpus,
+// global or in a table, is refused when the configuration is read, not when a load runs.
+TEST(daemon_config, gpu_lists_name_cuda_devices) {
+  auto r = parse({"--config", "/dev/null", "--gpus", "v100-16gb"});
+  EXPECT_EQ(r.exit_code, exit_usage);
+  EXPECT_NE(r.output.find("'v100-16gb' is not a CUDA device id"), std::string::npos) << r.output;
+  config_file table("[model.big]\npath = \"/m.gguf\"\ngpus = \"0,v100-32gb\"\n");
+  r = parse({"--config", table.path});
+  EXPECT_EQ(r.exit_code, exit_usage);
+  EXPECT_NE(r.output.find("'v100-32gb' is not a CUDA device id"), std::string::npos) << r.output;
+  r = parse({"--config", "/dev/null", "--gpus", "0=16GiB,1=32GiB"});
+  EXPECT_FALSE(r.exit_now) << r.output;
 }
 
 // The deprecated per-alias keys: NAME=VALUE where VALUE may itself hold '=' (caps), folded into
