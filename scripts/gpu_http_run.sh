@@ -13,22 +13,9 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 build=${BUILD_DIR:-build-gpu} gpu=${GPU:-0}
-if [[ -d .devdeps ]]; then
-  export LD_LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-fi
-tm=$build/client/tandem_model/tandem-model td=$build/daemon/tandemd tc=$build/client/tandem/tandem
-th=$build/client/tandem_http/tandem-http
-for b in "$td" "$tc" "$th"; do
-  [[ -x $b ]] || { echo "gpu_http_run: $b is missing (build tandemd tandem tandem-http in $build)" >&2; exit 1; }
-done
-work=$(mktemp -d /tmp/tandem-http-run.XXXXXX) sock=$work/tandemd.sock
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+run_name=http-run
+source scripts/daemon_run.sh
+need_files "$td" "$tc" "$th"
 
 m=${MODEL:-}
 if [[ -z $m ]]; then
@@ -45,11 +32,7 @@ echo "== $(basename "$m") on $device, commit $(git rev-parse --short HEAD 2>/dev
 "$td" --socket "$sock" --config /dev/null --gpu "$gpu" --parallel "${PARALLEL:-8}" --context "${CONTEXT:-1024}" \
   --model "m=$m" >"$work/tandemd.log" 2>&1 &
 pids+=($!)
-# The output, not the exit status, tells: under pipefail a client that fails after printing would
-# otherwise keep this loop waiting.
-resident() { [[ $("$tc" --socket "$sock" --json models 2>/dev/null) == *'"resident"'* ]]; }
-for _ in $(seq 600); do resident && break; sleep 0.2; done
-resident || { echo "gpu_http_run: the model did not become resident" >&2; tail -5 "$work/tandemd.log" >&2; exit 1; }
+wait_resident 120 || { echo "gpu_http_run: the model did not become resident" >&2; tail -5 "$work/tandemd.log" >&2; exit 1; }
 
 "$th" --socket "$sock" --listen 127.0.0.1:0 >"$work/http.log" 2>&1 &
 pids+=($!)

@@ -38,15 +38,10 @@ print("%d calls from %d groups (systemd-analyze %s)" % (len(calls), len(seen), s
 PY
   exit 0
 fi
-tm=$build/client/tandem_model/tandem-model td=$build/daemon/tandemd tc=$build/client/tandem/tandem
+run_name=sandbox
+source scripts/daemon_run.sh
 sx=$box/sandbox_exec list=$box/system-service.syscalls
-for f in "$tm" "$td" "$tc" "$sx" "$list"; do [[ -e $f ]] || { echo "gpu_sandbox_check: $f is missing" >&2; exit 1; }; done
-if [[ -d .devdeps ]]; then
-  export LD_LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-fi
-work=$(mktemp -d /tmp/tandem-sandbox.XXXXXX)
-pid=
-trap '[[ -n $pid ]] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
+need_files "$tm" "$td" "$tc" "$sx" "$list"
 netns=--netns
 "$sx" --netns "$list" /bin/true 2>/dev/null || { netns=; echo "(no network namespace here: PrivateNetwork= not emulated)"; }
 "$tm" make --preset tiny --type Q8_0 --seed 7 -q -o "$work/tiny.gguf" || exit 1
@@ -58,14 +53,14 @@ fail=0
 if [[ -n $plain && $plain == "$boxed" ]]; then echo "tandem-model ($want) in the sandbox: same 32 tokens: PASS"
 else echo "tandem-model in the sandbox: FAIL"; tail -5 "$work/tm.err"; fail=1; fi
 
-"$sx" $netns "$list" "$td" --socket "$work/t.sock" --config /dev/null --gpu "$gpu" --model "default=$work/tiny.gguf" \
+"$sx" $netns "$list" "$td" --socket "$sock" --config /dev/null --gpu "$gpu" --model "default=$work/tiny.gguf" \
   2>"$work/td.err" &
-pid=$!
-for _ in $(seq 300); do [[ $("$tc" --socket "$work/t.sock" --json models 2>/dev/null) == *'"resident"'* ]] && break; sleep 0.1; done
-served=$("$tc" --socket "$work/t.sock" run --raw --temp 0 -n 32 "the quick brown fox" 2>&1)
-backend=$("$tc" --socket "$work/t.sock" --json models 2>&1)
-kill "$pid"; wait "$pid"; rc=$?
-pid=
+pids+=($!)
+wait_resident 30
+served=$("$tc" --socket "$sock" run --raw --temp 0 -n 32 "the quick brown fox" 2>&1)
+backend=$("$tc" --socket "$sock" --json models 2>&1)
+kill "${pids[0]}"; wait "${pids[0]}"; rc=$?
+pids=()
 grep '^sandbox_exec: denied' "$work/td.err" | sort -u
 if [[ $backend == *\"$want\"* && -n $served ]]; then echo "tandemd ($want) in the sandbox served: PASS (exit status $rc after SIGTERM)"
 else echo "tandemd in the sandbox: FAIL"; echo "$served"; tail -5 "$work/td.err"; fail=1; fi

@@ -16,21 +16,9 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 build=${BUILD_DIR:-build-gpu} gpu=${GPU:-0}
-if [[ -d .devdeps ]]; then
-  export LD_LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-fi
-tm=$build/client/tandem_model/tandem-model td=$build/daemon/tandemd tc=$build/client/tandem/tandem
-for b in "$td" "$tc"; do
-  [[ -x $b ]] || { echo "gpu_swap_run: $b is missing (build tandemd tandem tandem-model in $build)" >&2; exit 1; }
-done
-work=$(mktemp -d /tmp/tandem-swap-run.XXXXXX) sock=$work/tandemd.sock
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+run_name=swap-run
+source scripts/daemon_run.sh
+need_files "$td" "$tc"
 
 read -ra files <<<"${MODELS:-}"
 if [[ ${#files[@]} -eq 0 ]]; then
@@ -66,9 +54,7 @@ warm() { cat "$1" >/dev/null; }
 
 "$td" --socket "$sock" --config /dev/null --gpu "$gpu" --model "m=${files[0]}" >"$work/tandemd.log" 2>&1 &
 pids+=($!)
-resident() { [[ $("$tc" --socket "$sock" --json models 2>/dev/null) == *'"resident"'* ]]; }
-for _ in $(seq 900); do resident && break; sleep 0.2; done
-resident || { echo "gpu_swap_run: the model did not become resident" >&2; tail -5 "$work/tandemd.log" >&2; exit 1; }
+wait_resident 180 || { echo "gpu_swap_run: the model did not become resident" >&2; tail -5 "$work/tandemd.log" >&2; exit 1; }
 
 # One swap: "<what> <file> <wall s> <load bytes> <load s>" (load: the reply's figures).
 swap_to() {
@@ -112,4 +98,3 @@ cat "$work/loadgen.json"
 [[ -s $work/swap.err ]] && head -3 "$work/swap.err"
 echo "# burst: ${BURST:-24} clients at once, default queue depth"
 "$tc" --socket "$sock" --json loadgen -c "${BURST:-24}" -r "${BURST:-24}" -n "${TOKENS:-64}" --raw 2>&1
-grep -cE '"busy"' "$work/tandemd.log" | sed 's/^/busy lines in tandemd log: /'

@@ -36,14 +36,20 @@ size_t device_buffer_bytes() { return g_live_bytes.load(); }
 status device_buffer::alloc(size_t bytes) {
   release();
   if (bytes == 0) return {};
-  const size_t limit = alloc_limit().load();
-  if (limit != 0 && g_live_bytes.load() + bytes > limit)
+  // Counted before the allocation, so that loads running at once (tandemd's load threads) cannot
+  // pass the cap together.
+  const size_t held = g_live_bytes.fetch_add(bytes), limit = alloc_limit().load();
+  if (limit != 0 && held + bytes > limit) {
+    g_live_bytes -= bytes;
     return make_error(cuda_error(cudaErrorMemoryAllocation, "cudaMalloc", __FILE__, __LINE__).message,
-                      " (TANDEM_CUDA_ALLOC_LIMIT: ", limit, " bytes, ", g_live_bytes.load(), " held, ", bytes,
-                      " asked)");
-  TANDEM_CUDA_TRY(cudaMalloc(&p_, bytes));
+                      " (TANDEM_CUDA_ALLOC_LIMIT: ", limit, " bytes, ", held, " held, ", bytes, " asked)");
+  }
+  if (const cudaError_t e = cudaMalloc(&p_, bytes); e != cudaSuccess) {
+    g_live_bytes -= bytes;
+    p_ = nullptr;
+    return cuda_error(e, "cudaMalloc(&p_, bytes)", __FILE__, __LINE__);
+  }
   bytes_ = bytes;
-  g_live_bytes += bytes;
   return {};
 }
 
