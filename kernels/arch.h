@@ -4,6 +4,9 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
+
 namespace tandem {
 
 // 10 × major + minor of the code the current device runs: the device's own compute capability, or
@@ -20,6 +23,20 @@ template <class K>
 cudaError_t allow_dynamic_smem(K* kernel, int bytes) {
   if (bytes > kernel_smem_optin()) return cudaErrorInvalidValue;
   return cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
+// allow_dynamic_smem for kernel K (always asking the same bytes) once per device, for launchers
+// on a hot path: the attribute call is not repeated at every launch.
+template <auto K>
+cudaError_t allow_dynamic_smem_once(int bytes) {
+  constexpr int k_max_devices = 64;
+  static std::atomic<uint64_t> raised{0};  // bit d: done on device d
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= k_max_devices) return cudaErrorInvalidDevice;
+  if (raised.load(std::memory_order_relaxed) >> dev & 1u) return cudaSuccess;
+  const cudaError_t e = allow_dynamic_smem(K, bytes);
+  if (e == cudaSuccess) raised.fetch_or(uint64_t{1} << dev, std::memory_order_relaxed);
+  return e;
 }
 
 }  // namespace tandem

@@ -1,18 +1,19 @@
 // The decode-batch GEMM (kernels/qgemm.h): a block computes BN weight rows for all of the launch's
 // tokens over one piece of n_in; the GGUF blocks stream into shared memory ahead of use, are
 // dequantized there into fp16 tiles and multiplied on WMMA tensor cores (sm_70+); pieces are
-// summed in order after.
+// summed in order after. Q4_K and Q6_K weights on sm_80+ take the fragment blocks instead
+// (kernels/qgemm_frag.h), which decode straight into mma.sync fragments.
 #include "kernels/qgemm.h"
 
 #include <cuda_fp16.h>
 #include <mma.h>
 
 #include <algorithm>
-#include <atomic>
 
 #include "kernels/arch.h"
 #include "kernels/device_attribute.h"
 #include "kernels/pdl.cuh"
+#include "kernels/qgemm_frag.h"
 #include "kernels/moe_tiles.cuh"
 #include "kernels/quant_blocks.cuh"
 
@@ -518,20 +519,12 @@ __global__ void __launch_bounds__(256) qgemm_sum_kernel(const float* __restrict_
 // Whether the kernels copy with cp.async (built for compute capability 8+: kernel_arch()).
 bool device_cp_async() { return kernel_arch() >= 80; }
 
-// Launches kernel K (weights of loader L's type) with its stages' shared memory, raising the
-// kernel's dynamic shared memory limit once per device (past 48 KiB it must be asked for).
+// Launches kernel K (weights of loader L's type) with its stages' shared memory.
 template <class L, class P, void (*K)(P)>
 cudaError_t launch_with_stages(const P& p, dim3 grid, cudaStream_t s) {
-  constexpr int k_max_devices = 64;
-  static std::atomic<uint64_t> raised{0};  // bit d: done on device d
   const size_t bytes = smem_bytes<typename L::type>(device_cp_async());
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= k_max_devices) return cudaErrorInvalidDevice;
-  if (!(raised.load(std::memory_order_relaxed) >> dev & 1u)) {
-    const cudaError_t e = allow_dynamic_smem(K, static_cast<int>(bytes));
-    if (e != cudaSuccess) return e;
-    raised.fetch_or(uint64_t{1} << dev, std::memory_order_relaxed);
-  }
+  const cudaError_t e = allow_dynamic_smem_once<K>(static_cast<int>(bytes));
+  if (e != cudaSuccess) return e;
   return launch_pdl_shared(K, grid, dim3(k_threads), bytes, s, p);
 }
 
@@ -611,16 +604,21 @@ cudaError_t launch_qgemm(ggml_type t, const void* w, int64_t n_in, int64_t n_out
   if (!aligned(w, 16) || !aligned(x16, 16) || !aligned(work, 16)) return cudaErrorMisalignedAddress;
   const int per = steps_per_piece(n_in, n_out), pieces = qgemm_splits(n_in, n_out);
   if (pieces > 1 && !work) return cudaErrorInvalidValue;
-  qgemm_params p{};
-  p.w = static_cast<const uint8_t*>(w);
-  p.n_in = n_in, p.n_out = n_out;
-  p.row_bytes = static_cast<int64_t>(*row_bytes(t, static_cast<uint64_t>(n_in)));
-  p.x = reinterpret_cast<const __half*>(x16);
-  p.n_tok = n_tok, p.k_steps = per;
-  p.out = pieces > 1 ? static_cast<float*>(work) : y;
-  p.add = add;
-  const dim3 grid(static_cast<unsigned>((n_out + BN - 1) / BN), static_cast<unsigned>(pieces));
-  cudaError_t e = launch_of<dense_launch>(t, p, grid, stream);
+  const auto rb = static_cast<int64_t>(*row_bytes(t, static_cast<uint64_t>(n_in)));
+  float* out = pieces > 1 ? static_cast<float*>(work) : y;
+  cudaError_t e = cudaSuccess;
+  if (qgemm_frag_serves(t)) {  // per is even: whole 256-column blocks a piece
+    e = launch_qgemm_frag(t, {w, n_in, n_out, rb, x16, n_tok, per / 2, pieces, out, add}, stream);
+  } else {
+    qgemm_params p{};
+    p.w = static_cast<const uint8_t*>(w);
+    p.n_in = n_in, p.n_out = n_out, p.row_bytes = rb;
+    p.x = reinterpret_cast<const __half*>(x16);
+    p.n_tok = n_tok, p.k_steps = per;
+    p.out = out, p.add = add;
+    const dim3 grid(static_cast<unsigned>((n_out + BN - 1) / BN), static_cast<unsigned>(pieces));
+    e = launch_of<dense_launch>(t, p, grid, stream);
+  }
   if (e != cudaSuccess || pieces == 1) return e;
   const int64_t n = int64_t{n_tok} * n_out;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 1024));
@@ -642,14 +640,22 @@ cudaError_t launch_qgemm_grouped(ggml_type t, const void* const* w, float* const
     return cudaErrorInvalidValue;
   if (row_tiles == 0) return cudaSuccess;
   if (!aligned(x16, 16) || expert_stride % 16 != 0) return cudaErrorMisalignedAddress;
-  grouped_params g{};
   for (int i = 0; i < n_sets; ++i) {
     if (!w[i] || !y[i]) return cudaErrorInvalidValue;
     if (!aligned(w[i], 16)) return cudaErrorMisalignedAddress;
-    g.w[i] = static_cast<const uint8_t*>(w[i]), g.y[i] = y[i];
   }
-  g.base.n_in = n_in, g.base.n_out = n_out;
-  g.base.row_bytes = static_cast<int64_t>(*row_bytes(t, static_cast<uint64_t>(n_in)));
+  const auto rb = static_cast<int64_t>(*row_bytes(t, static_cast<uint64_t>(n_in)));
+  if (qgemm_frag_serves(t)) {
+    qgemm_frag_grouped_args a{};
+    for (int i = 0; i < n_sets; ++i) a.w[i] = w[i], a.y[i] = y[i];
+    a.n_sets = n_sets, a.expert_stride = static_cast<int64_t>(expert_stride), a.n_in = n_in, a.n_out = n_out;
+    a.row_bytes = rb, a.x16 = x16, a.x_rows = x_rows, a.y_rows = y_rows, a.k = k, a.n_expert = n_expert;
+    a.offsets = offsets, a.perm = perm, a.tiles = tile_offsets, a.row_tiles = row_tiles;
+    return launch_qgemm_frag_grouped(t, a, stream);
+  }
+  grouped_params g{};
+  for (int i = 0; i < n_sets; ++i) g.w[i] = static_cast<const uint8_t*>(w[i]), g.y[i] = y[i];
+  g.base.n_in = n_in, g.base.n_out = n_out, g.base.row_bytes = rb;
   g.base.x = reinterpret_cast<const __half*>(x16);
   g.base.n_tok = BT, g.base.k_steps = static_cast<int>(n_in / BK);
   g.expert_stride = static_cast<int64_t>(expert_stride);

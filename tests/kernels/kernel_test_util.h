@@ -1,5 +1,5 @@
-// What the kernel tests share: skipping without a GPU, random inputs, and device copies of host
-// vectors that free themselves.
+// What the kernel tests share: skipping without a GPU, random inputs, the fp16 weights the GEMMs
+// multiply, and device copies of host vectors that free themselves.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,6 +10,9 @@
 #include <random>
 #include <vector>
 
+#include "kernels/qgemm_frag.h"
+#include "quant/blocks.h"
+#include "quant/half.h"
 #include "quant/quant.h"
 
 namespace tandem::test {
@@ -25,6 +28,48 @@ inline bool have_gpu() {
 
 #define REQUIRE_GPU() \
   if (!::tandem::test::have_gpu()) GTEST_SKIP() << "no CUDA device"
+
+inline float f16_round(float v) { return fp16_to_fp32(fp32_to_fp16(v)); }
+
+// The fp16 weights of one Q4_K or Q6_K row as the fragment blocks (kernels/qgemm_frag.cu) make
+// them: the sub-block's scale and min rounded to fp16, then q * scale - min rounded once.
+inline void frag_weights(ggml_type t, const uint8_t* row, int64_t n_in, float* w) {
+  for (int64_t b = 0; b < n_in / 256; ++b, w += 256) {
+    if (t == ggml_type::q4_k) {
+      const auto* blk = reinterpret_cast<const block_q4_k*>(row) + b;
+      const float d = fp16_to_fp32(blk->d), dmin = fp16_to_fp32(blk->dmin);
+      const uint8_t* s = blk->scales;
+      for (int sb = 0; sb < 8; ++sb) {
+        const int sc = sb < 4 ? s[sb] & 63 : (s[sb + 4] & 15) | ((s[sb - 4] >> 6) << 4);
+        const int m = sb < 4 ? s[sb + 4] & 63 : (s[sb + 4] >> 4) | ((s[sb] >> 6) << 4);
+        const double ds = f16_round(d * float(sc)), ms = f16_round(dmin * float(m));
+        for (int l = 0; l < 32; ++l) {
+          const int q = (blk->qs[32 * (sb / 2) + l] >> (4 * (sb % 2))) & 15;
+          w[32 * sb + l] = f16_round(float(q * ds - ms));
+        }
+      }
+    } else {  // q6_k
+      const auto* blk = reinterpret_cast<const block_q6_k*>(row) + b;
+      const float d = fp16_to_fp32(blk->d);
+      for (int i = 0; i < 256; ++i) {
+        const int h = i / 128, j = i % 128 / 32, l = i % 32;
+        const uint8_t ql = blk->ql[64 * h + 32 * (j % 2) + l], qh = blk->qh[32 * h + l];
+        const int q = (((ql >> (4 * (j / 2))) & 15) | (((qh >> (2 * j)) & 3) << 4)) - 32;
+        w[i] = f16_round(float(q) * f16_round(d * float(blk->scales[8 * h + 2 * j + l / 16])));
+      }
+    }
+  }
+}
+
+// The fp16 weights (as floats) of one GGUF row that the tensor-core GEMMs (kernels/qgemm.h,
+// kernels/moe.h) multiply: the CPU's dequantized floats rounded to fp16, or where the fragment
+// blocks serve the type on this device (kernels/qgemm_frag.h), their rounding above.
+inline void gemm_weights(ggml_type t, const uint8_t* row, int64_t n_in, float* w) {
+  if (qgemm_frag_serves(t) && n_in % 256 == 0) return frag_weights(t, row, n_in, w);
+  dequantize_row(t, row, w, n_in);
+  for (int64_t i = 0; i < n_in; ++i) w[i] = f16_round(w[i]);
+}
+
 
 inline std::vector<float> randoms(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
   std::mt19937 rng(seed);

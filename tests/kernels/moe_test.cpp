@@ -115,6 +115,7 @@ std::vector<float> as_seen(const float* x, int64_t n, bool int8) {
 struct experts {
   std::vector<uint8_t> q;  // n_expert matrices back to back
   std::vector<float> deq;  // the same dequantized
+  std::vector<float> gemm;  // the fp16 weights the grouped GEMM multiplies (test::gemm_weights)
   size_t stride = 0;
 };
 
@@ -124,11 +125,14 @@ experts make_experts(ggml_type t, int n_expert, int64_t n_in, int64_t n_out, uin
   x.stride = (rb * n_out + 15) / 16 * 16;
   x.q.assign(x.stride * n_expert, 0);
   x.deq.resize(size_t(n_expert) * n_out * n_in);
+  x.gemm.resize(x.deq.size());
   for (int e = 0; e < n_expert; ++e) {
     const auto q = quantize_matrix(t, randoms(size_t(n_in * n_out), seed + e), n_in, n_out);
     std::copy(q.begin(), q.end(), x.q.begin() + e * x.stride);
-    for (int64_t o = 0; o < n_out; ++o)
+    for (int64_t o = 0; o < n_out; ++o) {
       dequantize_row(t, q.data() + o * rb, x.deq.data() + (size_t(e) * n_out + o) * n_in, n_in);
+      test::gemm_weights(t, q.data() + o * rb, n_in, x.gemm.data() + (size_t(e) * n_out + o) * n_in);
+    }
   }
   return x;
 }
@@ -338,7 +342,7 @@ TEST(moe, group_is_a_stable_counting_sort) {
 
 // ---- Grouped GEMM -------------------------------------------------------------------------
 
-float f16_round(float v) { return fp16_to_fp32(fp32_to_fp16(v)); }
+using test::f16_round;
 
 struct gemm_case {
   ggml_type type;
@@ -387,16 +391,16 @@ void check_gemm(const gemm_case& c) {
       const int64_t yr = c.y_rows == moe_rows::by_pair ? pair : r;
       for (int64_t i = 0; i < c.n_in; ++i) xh[i] = f16_round(x[xr * c.n_in + i]);
       for (int64_t o = 0; o < c.n_out; ++o) {
-        const float* wr = ex[m].deq.data() + (size_t(e) * c.n_out + o) * c.n_in;
+        const float* wr = ex[m].gemm.data() + (size_t(e) * c.n_out + o) * c.n_in;
         double ref = 0, mag = 0;
         for (int64_t i = 0; i < c.n_in; ++i) {
-          const double wv = f16_round(wr[i]);
+          const double wv = wr[i];
           ref += wv * xh[i], mag += std::fabs(wv * xh[i]);
         }
-        // Both operands rounded to fp16 as the kernel does (dequant4 gives the CPU's floats, both
-        // round to nearest even); fp16 x fp16 products are exact in fp32, so only the tensor cores'
-        // fp32 accumulation differs: at most ~n_in / 16 roundings of 2^-22 (truncating adders) of
-        // sum |w x|, 1.2e-5 at n_in = 768; 2e-5 covers the shapes here.
+        // Both operands rounded to fp16 as the kernel does (test::gemm_weights); fp16 x fp16
+        // products are exact in fp32, so only the tensor cores' fp32 accumulation differs: at
+        // most ~n_in / 16 roundings of 2^-22 (truncating adders) of sum |w x|, 1.2e-5 at
+        // n_in = 768; 2e-5 covers the shapes here.
         ASSERT_NEAR(got[m][yr * c.n_out + o], ref, 2e-5 * mag + 1e-5) << "mat " << m << " row " << r << " out " << o;
       }
     }
@@ -452,10 +456,10 @@ TEST(moe, prefill_pipeline_with_device_grouping) {
   const auto got = y.host();
   for (int p = 0; p < n_tok * k; ++p)
     for (int64_t oo = 0; oo < n_out; ++oo) {
-      const float* wr = ex.deq.data() + (size_t(hid[p]) * n_out + oo) * n_in;
+      const float* wr = ex.gemm.data() + (size_t(hid[p]) * n_out + oo) * n_in;
       double ref = 0, mag = 0;
       for (int64_t i = 0; i < n_in; ++i) {
-        const double v = double(f16_round(wr[i])) * f16_round(x[(p / k) * n_in + i]);
+        const double v = double(wr[i]) * f16_round(x[(p / k) * n_in + i]);
         ref += v, mag += std::fabs(v);
       }
       // Tolerance as in grouped_gemm_matches_cpu.

@@ -1,4 +1,4 @@
-// The decode-batch GEMM against the CPU reference on random inputs: every supported type, 9..64
+// The decode-batch GEMM against the CPU reference on random inputs: every supported type, 1..64
 // tokens, row counts off the tile size, n_in cut into pieces, y += W·x; a token's result does not
 // depend on how many share the launch; bad sizes are refused. Skips without a CUDA device. Plus a
 // bandwidth benchmark (big.qgemm_bandwidth) on an 8B model's shapes.
@@ -25,7 +25,7 @@ using test::quantize_matrix;
 using test::randoms;
 using test::time_us;
 
-float f16_round(float v) { return fp16_to_fp32(fp32_to_fp16(v)); }
+using test::f16_round;
 
 const ggml_type k_types[] = {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
                              ggml_type::q8_0, ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k};
@@ -60,8 +60,7 @@ void check(const qgemm_case& c) {
   const uint64_t rb = *row_bytes(c.type, uint64_t(c.n_in));
   std::vector<float> deq(size_t(c.n_in));
   for (int64_t o = 0; o < c.n_out; ++o) {
-    dequantize_row(c.type, q.data() + o * rb, deq.data(), c.n_in);
-    for (auto& v : deq) v = f16_round(v);
+    test::gemm_weights(c.type, q.data() + o * rb, c.n_in, deq.data());
     for (int t = 0; t < c.n_tok; ++t) {
       const size_t yi = size_t(t) * c.n_out + o;
       double ref = c.add ? y0[yi] : 0.0, mag = std::fabs(ref);
@@ -91,6 +90,13 @@ TEST(qgemm, matches_cpu_for_token_counts_and_pieces) {
   ASSERT_GT(qgemm_splits(2048, 64), 1);
   for (int n_tok : {9, 16, 17, 33, 48, 64}) check({ggml_type::q4_k, 2048, 64, n_tok, n_tok % 2 == 1});
   check({ggml_type::q6_k, 1024, 777, 40, false});
+  // Up to 8 tokens (one 8-token tile of the fragment blocks) and every tile count for Q6_K,
+  // whose 210-byte blocks leave rows at different alignments when a row holds 3 or 9 of them.
+  for (int n_tok : {1, 5, 8}) check({ggml_type::q4_k, 2048, 64, n_tok, n_tok == 5});
+  for (int n_tok : {1, 9, 23, 64}) check({ggml_type::q6_k, 2048, 130, n_tok, n_tok == 9});
+  check({ggml_type::q6_k, 768, 100, 24, false});
+  check({ggml_type::q6_k, 2304, 70, 13, true});
+  check({ggml_type::q4_k, 2304, 70, 57, false});
   check({ggml_type::q8_0, 384, 130, 64, true});
   // Pieces of an odd count of K steps: the last stage of the last piece holds one step.
   ASSERT_GT(qgemm_splits(2432, 64), 1);

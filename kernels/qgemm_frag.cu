@@ -1,0 +1,445 @@
+// The decode-batch GEMM's fragment blocks (kernels/qgemm_frag.h): each warp decodes its 16 weight
+// rows from the raw GGUF bytes in shared memory straight into mma.sync A fragments, in a column
+// order that x's fragments follow, so no fp16 weight tile is written and read back.
+#include "kernels/qgemm_frag.h"
+
+#include <cuda_fp16.h>
+
+#include <cstdlib>
+
+#include "kernels/arch.h"
+#include "kernels/moe_tiles.cuh"
+#include "kernels/pdl.cuh"
+#include "kernels/quant_blocks.cuh"
+
+namespace tandem {
+namespace {
+
+// W warps of 16 rows, every token in each warp. A stage holds one 256-column block of the 16 W
+// rows (the GGUF bytes, each address's value mod 16 kept) and the same 256 columns of x as fp16;
+// all S stages are copied with cp.async at the start, then each is refilled once read; one
+// barrier a stage. x is read from L2 once per block, so 32 tokens and more take 8 warps (128
+// rows) a block, halving those reads. The WMMA blocks this replaces issued 8-11 instructions a
+// weight (dequantize, store the fp16 tile, reload it as fragments, two barriers a 128-column
+// step) and streamed 0.35-0.65 TB/s.
+constexpr int KB = 256;
+template <int NT8>
+constexpr int warps_for() {
+  return NT8 >= 4 ? 8 : 4;
+}
+// x rows in a stage: 256 halves (512 bytes), 16-byte chunk c of token row r stored at chunk
+// x_slot(c, r), so that the 16-byte loads of one quarter-warp (2 token rows x 4 column runs of
+// either decoder) fall in 8 distinct bank groups.
+constexpr int k_x_row = 2 * KB;
+__device__ __forceinline__ int x_slot(int c, int r) { return c ^ ((c >> 3) & 3) ^ ((r & 1) << 2); }
+
+// A launch's geometry for weight type T and NT8 8-token tiles: rows a block (BN), bytes of a
+// stage row (P: the 256 columns start anywhere in a 16-byte chunk) and of a stage, and stages:
+// as many (2..4) as fit 40 KiB (two at least), so that 3-5 blocks share an SM and a 4096-input
+// matrix (two stages a piece) has all its loads in flight at once.
+template <class T, int NT8>
+struct frag_geom {
+  static constexpr int W = warps_for<NT8>(), threads = 32 * W, BN = 16 * W;
+  static constexpr int span = sizeof(T), C = (15 + span + 15) / 16, P = 16 * C, w_bytes = BN * P;
+  static constexpr int stage = w_bytes + NT8 * 8 * k_x_row;
+  static constexpr int S = 40960 / stage >= 4 ? 4 : 40960 / stage >= 3 ? 3 : 2;
+  static constexpr int smem = S * stage;
+  static constexpr int min_blocks = W == 8 ? 2 : 0;  // registers for two 8-warp blocks an SM (0: ptxas decides)
+};
+
+__device__ __forceinline__ void cp16(void* dst, const void* src, int n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(n));
+#endif
+}
+
+__device__ __forceinline__ void commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void wait_groups() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// A thread's share of each stage's copy, its rows worked out once (per 16-byte chunk, that
+// arithmetic outweighed a short piece's products). Weight chunk i of the tile (thread + threads
+// j) is row i / C, chunk i % C of it, so a warp's copies are contiguous; rows past n_out repeat
+// the last, bytes past the matrix's end are never read. Thread i copies x's column chunk
+// i % 32 of token rows i / 32, + W, ..: x row rows[r] (a grouped tile's gathered rows; -1:
+// zeros) or r (zeros from n_tok).
+template <class G, int NT8>
+struct stage_copy {
+  static constexpr int J = (G::BN * G::C + G::threads - 1) / G::threads, x_rows = (8 * NT8 + G::W - 1) / G::W;
+  const uint8_t *w, *w_end;
+  int64_t row_bytes, n_in;
+  const uint16_t* x;
+  const int* rows;
+  int n_tok, tok0, ch;
+  int row[J];  // weight row of chunk j (-1: none)
+
+  __device__ __forceinline__ stage_copy(const uint8_t* w_, int64_t n_out, int64_t row_bytes_, int64_t n0,
+                                        const uint16_t* x_, int64_t n_in_, int n_tok_, const int* rows_)
+      : w(w_), w_end(w_ + n_out * row_bytes_), row_bytes(row_bytes_), n_in(n_in_), x(x_), rows(rows_),
+        n_tok(n_tok_), tok0(threadIdx.x / 32), ch(threadIdx.x % 32) {
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const int i = threadIdx.x + G::threads * j;
+      row[j] = i < G::BN * G::C ? static_cast<int>(min(n0 + i / G::C, n_out - 1)) : -1;
+    }
+  }
+  // Weight bytes of 256-column block kb into stage st.
+  __device__ __forceinline__ void weights(int64_t kb, uint8_t* st) const {
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      if (row[j] < 0) break;
+      const int i = threadIdx.x + G::threads * j, c = i % G::C;
+      const uint8_t* a = w + row[j] * row_bytes + kb * G::span;
+      const auto* chunk = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t{15}) + 16 * c;
+      if (chunk < a + G::span)
+        cp16(st + i / G::C * G::P + 16 * c, chunk, static_cast<int>(min(int64_t{16}, w_end - chunk)));
+    }
+  }
+  // x's columns of block kb, behind the weights of stage st.
+  __device__ __forceinline__ void tokens(int64_t kb, uint8_t* st) const {
+    uint8_t* xs = st + G::w_bytes;
+#pragma unroll
+    for (int i = 0; i < x_rows; ++i) {
+      const int tok = tok0 + G::W * i;
+      if (tok >= 8 * NT8) break;
+      const int r = rows ? rows[tok] : tok < n_tok ? tok : -1;
+      const uint16_t* src = x + max(r, 0) * n_in + kb * KB + 8 * ch;
+      cp16(xs + tok * k_x_row + 16 * x_slot(ch, tok), src, r >= 0 ? 16 : 0);
+    }
+  }
+};
+
+// Bytes I and I + 1 of v (each < 64) as the fp16 pair 1024 + b: 0x64bb is 1024 + bb.
+template <int I>
+__device__ __forceinline__ __half2 magic_pair(uint32_t v) {
+  const uint32_t h = __byte_perm(v, 0x64646464u, 0x4040u | I | (I + 1) << 8);
+  return *reinterpret_cast<const __half2*>(&h);
+}
+
+__device__ __forceinline__ uint32_t bits(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
+
+// 8 bytes of shared memory at a 2-byte-aligned address (Q6_K blocks are 210 bytes).
+__device__ __forceinline__ uint2 lds8(const uint8_t* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  const auto* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
+  const int sh = 8 * static_cast<int>(a & 3u);
+  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
+  return make_uint2(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh));
+}
+
+// Decoders. Within a 256-column block lane t % 4 of a warp owns 64 columns; sub-step i of group
+// gi is the 8 columns col(t, gi, i) .. + 7, decoded for one row into 4 half2 words (columns
+// 0-1, 2-3, 4-5, 6-7), which are the A fragments of two m16n8k16 steps. The arithmetic is fp16
+// pairs (about 2 instructions a weight, where fp32 and a conversion took 4.5): the quant value
+// exactly (a magic-number pair less its bias), times its sub-block's scale rounded to fp16, less
+// the rounded min, rounded once. tests/kernels/qgemm_test.cpp computes the same weights.
+//
+// Q4_K: lane t owns 64-weight group t (32 quant bytes): low nibbles are sub-block 2t, high ones
+// 2t + 1; group gi (0..3) reads bytes 8 gi .. + 7 once for both.
+struct q4k_frag {
+  using type = block_q4_k;
+  static constexpr int G = 2, groups = 4;
+  struct scales {
+    __half2 d[2], m[2];  // (scale, scale) and (-min, -min) of sub-blocks 2t, 2t + 1
+  };
+  static __device__ __forceinline__ int col(int t, int gi, int i) { return 64 * t + 8 * (gi + 4 * i); }
+  static __device__ __forceinline__ scales prepare(const uint8_t* blk, int t) {
+    const uint32_t dm = *reinterpret_cast<const uint32_t*>(blk);
+    const float d = __half2float(__ushort_as_half(static_cast<uint16_t>(dm & 0xffffu)));
+    const float dmin = __half2float(__ushort_as_half(static_cast<uint16_t>(dm >> 16)));
+    scales s;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int sc, m;
+      k_scale_min(2 * t + h, blk + 4, sc, m);
+      s.d[h] = __float2half2_rn(__fmul_rn(d, float(sc)));
+      s.m[h] = __float2half2_rn(-__fmul_rn(dmin, float(m)));
+    }
+    return s;
+  }
+  static __device__ __forceinline__ void decode(const uint8_t* blk, int t, int gi, const scales& s,
+                                                uint32_t (&w)[G][4]) {
+    const uint2 q = *reinterpret_cast<const uint2*>(blk + 16 + 32 * t + 8 * gi);
+    const uint32_t qw[2] = {q.x, q.y};
+    const __half2 bias = __float2half2_rn(1024.f);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const uint32_t v[2] = {qw[k] & 0x0f0f0f0fu, (qw[k] >> 4) & 0x0f0f0f0fu};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        w[h][2 * k] = bits(__hfma2(__hsub2(magic_pair<0>(v[h]), bias), s.d[h], s.m[h]));
+        w[h][2 * k + 1] = bits(__hfma2(__hsub2(magic_pair<2>(v[h]), bias), s.d[h], s.m[h]));
+      }
+    }
+  }
+};
+
+// Q6_K: lane t owns l = 8t .. 8t + 7 of each quarter j of each half h (columns 128h + 32j + l):
+// low bits from ql[64h + l] (j 0, 2: low, high nibble) and ql[64h + 32 + l] (j 1, 3), high bits
+// 2j, 2j + 1 of qh[32h + l], scale scales[8h + 2j + t / 2]; group gi is half h.
+struct q6k_frag {
+  using type = block_q6_k;
+  static constexpr int G = 4, groups = 2;
+  struct scales {
+    float d;
+    uint32_t sc[2];  // byte j of sc[h]: the int8 scale of quarter j
+  };
+  static __device__ __forceinline__ int col(int t, int h, int j) { return 128 * h + 32 * j + 8 * t; }
+  static __device__ __forceinline__ scales prepare(const uint8_t* blk, int t) {
+    scales s;
+    s.d = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(blk + 208)));
+    const uint32_t sel = 0x6420u + 0x1111u * static_cast<uint32_t>(t / 2);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint2 b = lds8(blk + 192 + 8 * h);
+      s.sc[h] = __byte_perm(b.x, b.y, sel);
+    }
+    return s;
+  }
+  static __device__ __forceinline__ void decode(const uint8_t* blk, int t, int h, const scales& s,
+                                                uint32_t (&w)[G][4]) {
+    const uint2 qa = lds8(blk + 64 * h + 8 * t), qb = lds8(blk + 64 * h + 32 + 8 * t);
+    const uint2 qc = lds8(blk + 128 + 32 * h + 8 * t);
+    __half2 ds[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      ds[j] = __float2half2_rn(__fmul_rn(s.d, float(static_cast<int8_t>((s.sc[h] >> (8 * j)) & 0xffu))));
+    const uint32_t a[2] = {qa.x, qa.y}, b[2] = {qb.x, qb.y}, c[2] = {qc.x, qc.y};
+    const __half2 bias = __float2half2_rn(1056.f);  // 1024 + 32: the pairs become q - 32
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const uint32_t v[4] = {(a[k] & 0x0f0f0f0fu) | ((c[k] << 4) & 0x30303030u),
+                             (b[k] & 0x0f0f0f0fu) | ((c[k] << 2) & 0x30303030u),
+                             ((a[k] >> 4) & 0x0f0f0f0fu) | (c[k] & 0x30303030u),
+                             ((b[k] >> 4) & 0x0f0f0f0fu) | ((c[k] >> 2) & 0x30303030u)};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        w[j][2 * k] = bits(__hmul2(__hsub2(magic_pair<0>(v[j]), bias), ds[j]));
+        w[j][2 * k + 1] = bits(__hmul2(__hsub2(magic_pair<2>(v[j]), bias), ds[j]));
+      }
+    }
+  }
+};
+
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+// One stage's products for this thread's rows g and g + 8 of its warp (blocks at blk_a, blk_b)
+// against x's token tiles: lane (g, t) holds A rows g, g + 8 and B token g of each 8-token tile.
+template <class D, int NT8>
+__device__ __forceinline__ void block_products(const uint8_t* blk_a, const uint8_t* blk_b, const uint8_t* xs,
+                                               int g, int t, float (&acc)[NT8][4]) {
+  const typename D::scales sa = D::prepare(blk_a, t), sb = D::prepare(blk_b, t);
+#pragma unroll
+  for (int gi = 0; gi < D::groups; ++gi) {
+    uint32_t wa[D::G][4], wb[D::G][4];
+    D::decode(blk_a, t, gi, sa, wa);
+    D::decode(blk_b, t, gi, sb, wb);
+#pragma unroll
+    for (int i = 0; i < D::G; ++i) {
+      const uint8_t* xp = xs + g * k_x_row + 16 * x_slot(D::col(t, gi, i) / 8, g);
+#pragma unroll
+      for (int j = 0; j < NT8; ++j) {
+        const uint4 xv = *reinterpret_cast<const uint4*>(xp + j * 8 * k_x_row);
+        mma16816(acc[j], wa[i][0], wb[i][0], wa[i][1], wb[i][1], xv.x, xv.y);
+        mma16816(acc[j], wa[i][2], wb[i][2], wa[i][3], wb[i][3], xv.z, xv.w);
+      }
+    }
+  }
+}
+
+// The K loop over blocks kb0 .. kb0 + nkb - 1, from the S stages already copied (each its own
+// cp.async group): acc of this thread's rows ra, ra + 8 (row pointers base_a, base_b).
+template <class D, int NT8, class G>
+__device__ __forceinline__ void k_loop(const stage_copy<G, NT8>& copy, uint8_t* dyn, int64_t kb0, int nkb, int ra,
+                                       uintptr_t base_a, uintptr_t base_b, float (&acc)[NT8][4]) {
+  constexpr int S = G::S;
+  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  const auto stage = [&](int s) { return dyn + (s % S) * G::stage; };
+  for (int s = 0; s < nkb; ++s) {
+    wait_groups<S - 1>();
+    __syncthreads();  // stage s has landed for every thread; stage s - 1 is read by all
+    if (s > 0 && s + S - 1 < nkb) {  // into stage s - 1's slot
+      copy.weights(kb0 + s + S - 1, stage(s + S - 1));
+      copy.tokens(kb0 + s + S - 1, stage(s + S - 1));
+    }
+    commit();
+    const uint8_t* st = stage(s);
+    const auto kbytes = static_cast<uintptr_t>((kb0 + s) * G::span);
+    block_products<D, NT8>(st + ra * G::P + ((base_a + kbytes) & 15u), st + (ra + 8) * G::P + ((base_b + kbytes) & 15u),
+                           st + G::w_bytes, g, t, acc);
+  }
+  wait_groups<0>();
+}
+
+// This thread's output (row, token row) pairs: (ra or ra + 8, 8j + 2t + (e & 1)) for e < 4.
+template <int NT8, class F>
+__device__ __forceinline__ void for_outputs(int ra, const float (&acc)[NT8][4], F&& f) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int j = 0; j < NT8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) f(e < 2 ? ra : ra + 8, 8 * j + 2 * t + (e & 1), acc[j][e]);
+}
+
+// Grid: (tiles of BN rows, pieces of n_in); NT8: 8-token tiles (ceil(n_tok / 8)).
+template <class D, int NT8>
+__global__ void __launch_bounds__(frag_geom<typename D::type, NT8>::threads, frag_geom<typename D::type, NT8>::min_blocks)
+    qgemm_frag_kernel(qgemm_frag_args p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using G = frag_geom<typename D::type, NT8>;
+  extern __shared__ __align__(128) uint8_t dyn[];
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * G::BN, kb0 = static_cast<int64_t>(blockIdx.y) * p.k_blocks;
+  const int nkb = static_cast<int>(min(p.k_blocks, p.n_in / KB - kb0));
+  const auto* w = static_cast<const uint8_t*>(p.w);
+  const stage_copy<G, NT8> copy(w, p.n_out, p.row_bytes, n0, p.x16, p.n_in, p.n_tok, nullptr);
+  // Weights are never written by an earlier kernel: their stages go ahead of pdl_wait.
+  for (int s = 0; s < G::S; ++s)
+    if (s < nkb) copy.weights(kb0 + s, dyn + s * G::stage);
+  pdl_wait();
+  for (int s = 0; s < G::S; ++s) {
+    if (s < nkb) copy.tokens(kb0 + s, dyn + s * G::stage);
+    commit();
+  }
+  const int ra = threadIdx.x / 32 * 16 + threadIdx.x % 32 / 4;
+  const auto base_a = reinterpret_cast<uintptr_t>(w + min(n0 + ra, p.n_out - 1) * p.row_bytes);
+  const auto base_b = reinterpret_cast<uintptr_t>(w + min(n0 + ra + 8, p.n_out - 1) * p.row_bytes);
+  float acc[NT8][4] = {};
+  k_loop<D, NT8>(copy, dyn, kb0, nkb, ra, base_a, base_b, acc);
+  pdl_trigger();
+  const bool pieces = gridDim.y > 1;
+  float* out = p.out + (pieces ? static_cast<int64_t>(blockIdx.y) * p.n_tok * p.n_out : 0);
+  for_outputs<NT8>(ra, acc, [&](int r, int tok, float v) {
+    const int64_t row = n0 + r;
+    if (tok >= p.n_tok || row >= p.n_out) return;
+    float& y = out[static_cast<int64_t>(tok) * p.n_out + row];
+    y = !pieces && p.add ? y + v : v;
+  });
+#endif
+}
+
+// Grouped (launch_qgemm_grouped): grid (tiles of BN rows, row tiles' upper bound, matrix sets);
+// a block's 64 token rows are one row tile of one expert, found on the device, and its
+// weights that expert's matrix; blocks past tiles[n_expert] exit.
+template <class D>
+__global__ void __launch_bounds__(frag_geom<typename D::type, 8>::threads, frag_geom<typename D::type, 8>::min_blocks)
+    qgemm_frag_grouped_kernel(qgemm_frag_grouped_args g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using G = frag_geom<typename D::type, 8>;
+  extern __shared__ __align__(128) uint8_t dyn[];
+  __shared__ int src[64], dst[64];
+  pdl_wait();  // the groups come from the kernel before
+  const int tile = blockIdx.y;
+  if (tile >= __ldg(g.tiles + g.n_expert)) return;
+  const int e = expert_of_tile(g.tiles, g.n_expert, tile);
+  const int r0 = __ldg(g.offsets + e) + (tile - __ldg(g.tiles + e)) * 64, r_end = __ldg(g.offsets + e + 1);
+  if (threadIdx.x < 64) {
+    const int r = r0 + threadIdx.x;
+    const int pair = r < r_end ? __ldg(g.perm + r) : -1;
+    src[threadIdx.x] = pair < 0 ? -1 : g.x_rows == qgemm_rows::by_token ? pair / g.k : g.x_rows == qgemm_rows::by_pair ? pair : r;
+    dst[threadIdx.x] = pair < 0 ? -1 : g.y_rows == qgemm_rows::by_pair ? pair : r;
+  }
+  __syncthreads();
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * G::BN, nkb = g.n_in / KB;
+  const auto* w = static_cast<const uint8_t*>(g.w[blockIdx.z]) + e * g.expert_stride;
+  const stage_copy<G, 8> copy(w, g.n_out, g.row_bytes, n0, g.x16, g.n_in, 64, src);
+  for (int s = 0; s < G::S; ++s) {
+    if (s < nkb) copy.weights(s, dyn + s * G::stage), copy.tokens(s, dyn + s * G::stage);
+    commit();
+  }
+  const int ra = threadIdx.x / 32 * 16 + threadIdx.x % 32 / 4;
+  const auto base_a = reinterpret_cast<uintptr_t>(w + min(n0 + ra, g.n_out - 1) * g.row_bytes);
+  const auto base_b = reinterpret_cast<uintptr_t>(w + min(n0 + ra + 8, g.n_out - 1) * g.row_bytes);
+  float acc[8][4] = {};
+  k_loop<D, 8>(copy, dyn, 0, static_cast<int>(nkb), ra, base_a, base_b, acc);
+  pdl_trigger();
+  float* y = g.y[blockIdx.z];
+  for_outputs<8>(ra, acc, [&](int r, int tok, float v) {
+    const int d = dst[tok];
+    if (d >= 0 && n0 + r < g.n_out) y[static_cast<int64_t>(d) * g.n_out + n0 + r] = v;
+  });
+#endif
+}
+
+template <class D, int NT8>
+cudaError_t launch_tiles(const qgemm_frag_args& a, cudaStream_t s) {
+  using G = frag_geom<typename D::type, NT8>;
+  constexpr auto kernel = qgemm_frag_kernel<D, NT8>;
+  const cudaError_t e = allow_dynamic_smem_once<kernel>(G::smem);
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((a.n_out + G::BN - 1) / G::BN), static_cast<unsigned>(a.pieces));
+  return launch_pdl_shared(kernel, grid, dim3(G::threads), G::smem, s, a);
+}
+
+template <class D>
+cudaError_t launch_type(const qgemm_frag_args& a, cudaStream_t s) {
+  switch ((a.n_tok + 7) / 8) {
+    case 1: return launch_tiles<D, 1>(a, s);
+    case 2: return launch_tiles<D, 2>(a, s);
+    case 3: return launch_tiles<D, 3>(a, s);
+    case 4: return launch_tiles<D, 4>(a, s);
+    case 5: return launch_tiles<D, 5>(a, s);
+    case 6: return launch_tiles<D, 6>(a, s);
+    case 7: return launch_tiles<D, 7>(a, s);
+    default: return launch_tiles<D, 8>(a, s);
+  }
+}
+
+template <class D>
+cudaError_t launch_grouped(const qgemm_frag_grouped_args& a, cudaStream_t s) {
+  using G = frag_geom<typename D::type, 8>;
+  constexpr auto kernel = qgemm_frag_grouped_kernel<D>;
+  const cudaError_t e = allow_dynamic_smem_once<kernel>(G::smem);
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((a.n_out + G::BN - 1) / G::BN), a.row_tiles, static_cast<unsigned>(a.n_sets));
+  return launch_pdl_shared(kernel, grid, dim3(G::threads), G::smem, s, a);
+}
+
+}  // namespace
+
+bool qgemm_frag_serves(ggml_type t) {
+  static const bool wmma = [] {
+    const char* e = std::getenv("TANDEM_QGEMM_WMMA");
+    return e && e[0] == '1' && e[1] == 0;
+  }();
+  return !wmma && kernel_arch() >= 80 && (t == ggml_type::q4_k || t == ggml_type::q6_k);
+}
+
+cudaError_t launch_qgemm_frag(ggml_type t, const qgemm_frag_args& a, cudaStream_t stream) {
+  if (a.n_tok < 1 || a.n_tok > 64 || a.n_in % KB != 0 || a.k_blocks < 1) return cudaErrorInvalidValue;
+  switch (t) {
+    case ggml_type::q4_k: return launch_type<q4k_frag>(a, stream);
+    case ggml_type::q6_k: return launch_type<q6k_frag>(a, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launch_qgemm_frag_grouped(ggml_type t, const qgemm_frag_grouped_args& a, cudaStream_t stream) {
+  if (a.n_in % KB != 0 || a.n_sets < 1 || a.n_sets > k_qgemm_max_sets) return cudaErrorInvalidValue;
+  if (a.row_tiles == 0) return cudaSuccess;
+  switch (t) {
+    case ggml_type::q4_k: return launch_grouped<q4k_frag>(a, stream);
+    case ggml_type::q6_k: return launch_grouped<q6k_frag>(a, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace tandem
