@@ -18,10 +18,10 @@ namespace {
 // W warps of 16 rows, every token in each warp. A stage holds one 256-column block of the 16 W
 // rows (the GGUF bytes, each address's value mod 16 kept) and the same 256 columns of x as fp16;
 // all S stages are copied with cp.async at the start, then each is refilled once read; one
-// barrier a stage. x is read from L2 once per block, so 32 tokens and more take 8 warps (128
-// rows) a block, halving those reads. The WMMA blocks this replaces issued 8-11 instructions a
-// weight (dequantize, store the fp16 tile, reload it as fragments, two barriers a 128-column
-// step) and streamed 0.35-0.65 TB/s.
+// barrier a stage. x is read from L2 once per block, so 25 tokens and more (four 8-token tiles)
+// take 8 warps (128 rows) a block, halving those reads. The WMMA blocks this replaces issued
+// 8-11 instructions a weight (dequantize, store the fp16 tile, reload it as fragments, two
+// barriers a 128-column step) and streamed 0.35-0.65 TB/s.
 constexpr int KB = 256;
 template <int NT8>
 constexpr int warps_for() {
