@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "kernels/arch.h"
+#include "kernels/cp_async.cuh"
 #include "kernels/device_attribute.h"
 #include "kernels/pdl.cuh"
 #include "kernels/qgemm_frag.h"
@@ -117,19 +118,6 @@ __device__ __forceinline__ const uint8_t* stage_row(const W& p, int64_t n0, cons
   return stage + row * stage_geom<T>::P + (a & 15u);
 }
 
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
-
 // One stage's copy: columns [ks, min(ks + KS, k_end)) of the BN tile rows. Chunk i of a thread is
 // item tid + k_threads i: tile row item / C, 16-byte chunk item % C from the row's slab start
 // rounded down to 16. Bytes past the matrix's end are never read (zeros instead).
@@ -150,10 +138,7 @@ struct stage_fill {
       const uint8_t* chunk = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t{15}) + 16 * c;
       const int n = chunk >= a + span ? 0 : static_cast<int>(min(int64_t{16}, static_cast<int64_t>(w_end - chunk)));
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-      if (n > 0) {
-        const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(stage + row * G::P + 16 * c));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(chunk), "r"(n));
-      }
+      if (n > 0) cp_async16(stage + row * G::P + 16 * c, chunk, n);
 #else
       if (n == 16) {
         r[j] = __ldg(reinterpret_cast<const uint4*>(chunk));

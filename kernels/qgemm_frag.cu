@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "kernels/arch.h"
+#include "kernels/cp_async.cuh"
 #include "kernels/moe_tiles.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/quant_blocks.cuh"
@@ -47,27 +48,6 @@ struct frag_geom {
   static constexpr int min_blocks = W == 8 ? 2 : 0;  // registers for two 8-warp blocks an SM (0: ptxas decides)
 };
 
-__device__ __forceinline__ void cp16(void* dst, const void* src, int n) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src), "r"(n));
-#endif
-}
-
-__device__ __forceinline__ void commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-template <int N>
-__device__ __forceinline__ void wait_groups() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
-
 // A thread's share of each stage's copy, its rows worked out once (per 16-byte chunk, that
 // arithmetic outweighed a short piece's products). Weight chunk i of the tile (thread + threads
 // j) is row i / C, chunk i % C of it, so a warp's copies are contiguous; rows past n_out repeat
@@ -103,7 +83,7 @@ struct stage_copy {
       const uint8_t* a = w + row[j] * row_bytes + kb * G::span;
       const auto* chunk = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t{15}) + 16 * c;
       if (chunk < a + G::span)
-        cp16(st + i / G::C * G::P + 16 * c, chunk, static_cast<int>(min(int64_t{16}, w_end - chunk)));
+        cp_async16(st + i / G::C * G::P + 16 * c, chunk, static_cast<int>(min(int64_t{16}, w_end - chunk)));
     }
   }
   // x's columns of block kb, behind the weights of stage st.
@@ -115,7 +95,7 @@ struct stage_copy {
       if (tok >= 8 * NT8) break;
       const int r = rows ? rows[tok] : tok < n_tok ? tok : -1;
       const uint16_t* src = x + max(r, 0) * n_in + kb * KB + 8 * ch;
-      cp16(xs + tok * k_x_row + 16 * x_slot(ch, tok), src, r >= 0 ? 16 : 0);
+      cp_async16(xs + tok * k_x_row + 16 * x_slot(ch, tok), src, r >= 0 ? 16 : 0);
     }
   }
 };
@@ -275,19 +255,19 @@ __device__ __forceinline__ void k_loop(const stage_copy<G, NT8>& copy, uint8_t* 
   const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   const auto stage = [&](int s) { return dyn + (s % S) * G::stage; };
   for (int s = 0; s < nkb; ++s) {
-    wait_groups<S - 1>();
+    cp_async_wait<S - 1>();
     __syncthreads();  // stage s has landed for every thread; stage s - 1 is read by all
     if (s > 0 && s + S - 1 < nkb) {  // into stage s - 1's slot
       copy.weights(kb0 + s + S - 1, stage(s + S - 1));
       copy.tokens(kb0 + s + S - 1, stage(s + S - 1));
     }
-    commit();
+    cp_async_commit();
     const uint8_t* st = stage(s);
     const auto kbytes = static_cast<uintptr_t>((kb0 + s) * G::span);
     block_products<D, NT8>(st + ra * G::P + ((base_a + kbytes) & 15u), st + (ra + 8) * G::P + ((base_b + kbytes) & 15u),
                            st + G::w_bytes, g, t, acc);
   }
-  wait_groups<0>();
+  cp_async_wait<0>();
 }
 
 // This thread's output (row, token row) pairs: (ra or ra + 8, 8j + 2t + (e & 1)) for e < 4.
@@ -317,7 +297,7 @@ __global__ void __launch_bounds__(frag_geom<typename D::type, NT8>::threads, fra
   pdl_wait();
   for (int s = 0; s < G::S; ++s) {
     if (s < nkb) copy.tokens(kb0 + s, dyn + s * G::stage);
-    commit();
+    cp_async_commit();
   }
   const int ra = threadIdx.x / 32 * 16 + threadIdx.x % 32 / 4;
   const auto base_a = reinterpret_cast<uintptr_t>(w + min(n0 + ra, p.n_out - 1) * p.row_bytes);
@@ -363,7 +343,7 @@ __global__ void __launch_bounds__(frag_geom<typename D::type, 8>::threads, frag_
   const stage_copy<G, 8> copy(w, g.n_out, g.row_bytes, n0, g.x16, g.n_in, 64, src);
   for (int s = 0; s < G::S; ++s) {
     if (s < nkb) copy.weights(s, dyn + s * G::stage), copy.tokens(s, dyn + s * G::stage);
-    commit();
+    cp_async_commit();
   }
   const int ra = threadIdx.x / 32 * 16 + threadIdx.x % 32 / 4;
   const auto base_a = reinterpret_cast<uintptr_t>(w + min(n0 + ra, g.n_out - 1) * g.row_bytes);
