@@ -3,7 +3,8 @@
 # tests and the GEMM's bandwidth table, then on a random Qwen3-8B-shaped model `tandem-model bench`
 # of 1..64 sequences decoding together and tandemd serving it on GPU 0 to `tandem loadgen` at 1, 4,
 # 16 and 64 clients (issue 23's figures), and a summary of tandemd's per-pass trace
-# (TANDEM_SCHEDULER_TRACE, scripts/step_trace_summary.py). Env: STEPS (default "build test bench"), PRESET
+# (TANDEM_SCHEDULER_TRACE, scripts/step_trace_summary.py). Env: STEPS (default "build test bench";
+# "profile" adds bench --profile's launch groups at 1, 16 and 64 sequences), PRESET
 # (qwen3-8b), TYPE (Q4_K_M), PARALLEL (64), CONTEXT (tokens per sequence, 1024), CLIENTS
 # ("1 4 16 64"), TOKENS (128), CHUNK (prefill-chunk, 512), BUILD_DIR (build-gpu).
 # Usage (repo root, .devdeps/ alongside): bash scripts/gpu_serving_run.sh
@@ -27,6 +28,12 @@ has bench || exit 0
 m=/tmp/serve-${TYPE:-Q4_K_M}.gguf sock=/tmp/tandem-serve.sock
 "$tm" make --preset "${PRESET:-qwen3-8b}" --type "${TYPE:-Q4_K_M}" --row-pool 256 -o "$m" -q || exit 1
 "$tm" bench -m "$m" -p 16 -n 64 -b 1,8,9,16,32,64 -r 2 --no-ceilings 2>&1 | grep -E "^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'
+if has profile; then  # where a step's time goes, by launch group (graphs off), at 1, 16 and 64 sequences
+  for b in 1 16 64; do
+    echo "== profile b$b"
+    "$tm" bench -m "$m" -p 16 -n 32 -b "$b" -r 1 --no-ceilings --profile 2>&1 | grep -E "^\| [a-z]" | sed -E 's/ +/ /g' | head -12
+  done
+fi
 echo "== tandemd on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%FT%TZ)"
 TANDEM_SCHEDULER_TRACE=/tmp/tandem-serve.trace "$td" --socket "$sock" --config /dev/null --gpu 0 --parallel "${PARALLEL:-64}" --context "${CONTEXT:-1024}" \
   --prefill-chunk "${CHUNK:-512}" --queue-depth 1024 --max-connections-per-user 1024 --model "m=$m" >/tmp/tandemd-serve.log 2>&1 &
