@@ -31,7 +31,10 @@ size_t qgemm_work_bytes(int64_t n_in, int64_t n_out, int n_tok);
 // W: n_out rows of n_in elements of type t (GGUF layout, row r at w + r * row_bytes), 16-byte
 // aligned. x16: n_tok rows of n_in fp16 values (launch_to_f16 of the float rows), 16-byte
 // aligned. y[t * n_out + o] = sum_i W[o][i] * x[t][i] (with add: y += that), fp32 accumulation
-// over fp16 products; the pieces of n_in are summed in a fixed order (deterministic). Requires
+// over fp16 products; the pieces of n_in are summed in a fixed order (deterministic). Each weight
+// is the CPU's dequantized value rounded to fp16, except Q4_K and Q6_K on sm_80+ (the fragment
+// blocks, kernels/qgemm_frag.h), which round each sub-block's scale and min to fp16 first and
+// q * scale - min once (about one fp16 unit further from the CPU's). Requires
 // 1 <= n_tok <= k_qgemm_max_tokens, n_in % k_qgemm_k_step == 0 and a multiple of the type's block
 // size; work of qgemm_work_bytes bytes (16-byte aligned; may be null when that is 0), not
 // shared with a launch that may run at the same time. cudaErrorInvalidValue for an unsupported
@@ -56,8 +59,8 @@ bool gpu_can_qgemm_grouped(ggml_type t, int64_t n_in);
 // by_token, by_pair, grouped; row_y: pair or r (by_token is refused). Row tile i of the grid
 // (i < row_tiles, a host-side bound) is tile i - tile_offsets[e] of the expert e with
 // tile_offsets[e] <= i < tile_offsets[e + 1] (tiles of k_qgemm_max_tokens rows); tiles past
-// tile_offsets[n_expert] exit at once. fp32 accumulation over fp16 products, each output from
-// one block (deterministic). w[m] and x16 16-byte aligned, expert_stride a multiple of 16.
+// tile_offsets[n_expert] exit at once. fp32 accumulation over fp16 products (weights rounded as
+// launch_qgemm's), each output from one block (deterministic). w[m] and x16 16-byte aligned, expert_stride a multiple of 16.
 cudaError_t launch_qgemm_grouped(ggml_type t, const void* const* w, float* const* y, int n_sets, size_t expert_stride,
                                  int n_expert, int64_t n_in, int64_t n_out, const uint16_t* x16, qgemm_rows x_rows,
                                  qgemm_rows y_rows, int k, const int32_t* offsets, const int32_t* perm,

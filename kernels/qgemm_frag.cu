@@ -36,8 +36,10 @@ __device__ __forceinline__ int x_slot(int c, int r) { return c ^ ((c >> 3) & 3) 
 
 // A launch's geometry for weight type T and NT8 8-token tiles: rows a block (BN), bytes of a
 // stage row (P: the 256 columns start anywhere in a 16-byte chunk) and of a stage, and stages:
-// as many (2..4) as fit 40 KiB (two at least), so that 3-5 blocks share an SM and a 4096-input
-// matrix (two stages a piece) has all its loads in flight at once.
+// as many (2..4) as fit 40 KiB, two at least (106-127 KiB a block at 57-64 tokens), so that up
+// to 24 tokens shared memory leaves room for more blocks an SM than registers do (3-4,
+// tests/kernels/occupancy_budget.txt) and a 4096-input matrix (two stages a piece) has all its
+// loads in flight at once.
 template <class T, int NT8>
 struct frag_geom {
   static constexpr int W = warps_for<NT8>(), threads = 32 * W, BN = 16 * W;

@@ -14,6 +14,7 @@
 #include "quant/blocks.h"
 #include "quant/half.h"
 #include "quant/quant.h"
+#include "quant/quant_impl.h"
 
 namespace tandem::test {
 
@@ -40,8 +41,8 @@ inline void frag_weights(ggml_type t, const uint8_t* row, int64_t n_in, float* w
       const float d = fp16_to_fp32(blk->d), dmin = fp16_to_fp32(blk->dmin);
       const uint8_t* s = blk->scales;
       for (int sb = 0; sb < 8; ++sb) {
-        const int sc = sb < 4 ? s[sb] & 63 : (s[sb + 4] & 15) | ((s[sb - 4] >> 6) << 4);
-        const int m = sb < 4 ? s[sb + 4] & 63 : (s[sb + 4] >> 4) | ((s[sb] >> 6) << 4);
+        uint8_t sc = 0, m = 0;
+        quant_detail::k4_scale_min(sb, s, sc, m);
         const double ds = f16_round(d * float(sc)), ms = f16_round(dmin * float(m));
         for (int l = 0; l < 32; ++l) {
           const int q = (blk->qs[32 * (sb / 2) + l] >> (4 * (sb % 2))) & 15;
@@ -69,7 +70,6 @@ inline void gemm_weights(ggml_type t, const uint8_t* row, int64_t n_in, float* w
   dequantize_row(t, row, w, n_in);
   for (int64_t i = 0; i < n_in; ++i) w[i] = f16_round(w[i]);
 }
-
 
 inline std::vector<float> randoms(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
   std::mt19937 rng(seed);

@@ -90,8 +90,8 @@ TEST(qgemm, matches_cpu_for_token_counts_and_pieces) {
   ASSERT_GT(qgemm_splits(2048, 64), 1);
   for (int n_tok : {9, 16, 17, 33, 48, 64}) check({ggml_type::q4_k, 2048, 64, n_tok, n_tok % 2 == 1});
   check({ggml_type::q6_k, 1024, 777, 40, false});
-  // Up to 8 tokens (one 8-token tile of the fragment blocks) and every tile count for Q6_K,
-  // whose 210-byte blocks leave rows at different alignments when a row holds 3 or 9 of them.
+  // Up to 8 tokens (one 8-token tile of the fragment blocks), 1 to 8 tiles for Q6_K, and Q6_K
+  // rows of 3 and 9 blocks: 210-byte blocks leave such rows at different alignments.
   for (int n_tok : {1, 5, 8}) check({ggml_type::q4_k, 2048, 64, n_tok, n_tok == 5});
   for (int n_tok : {1, 9, 23, 64}) check({ggml_type::q6_k, 2048, 130, n_tok, n_tok == 9});
   check({ggml_type::q6_k, 768, 100, 24, false});
