@@ -67,6 +67,10 @@ struct paged_attention_args {
   // it loads serves them all. -1: the launcher's choice (deep caches, past 8192 keys); 0 or 1
   // forces it (tests).
   int grouped = -1;
+  // Staged blocks (sm_80+): as grouped, with all query heads of a KV head a block and its K/V
+  // tiles streamed through shared memory by cp.async, several in flight. -1: the launcher's
+  // choice (deep caches, as grouped); 0 or 1 forces it (tests; 1 falls back below sm_80).
+  int deep = -1;
 };
 
 // Splits of one (token, head)'s keys the decode kernel takes at most (a deep cache is cut into

@@ -167,7 +167,8 @@ paged_cache make_deep_cache(ggml_type t, int D, int n_kv, uint32_t seed) {
 }
 
 // Decode at depth: 20000 keys split into runs of 256 (79 splits, past the old cap of 32), and the
-// same with a 32-split workspace, against attend_head, f16 and Q8_0 caches, head_dim 128 and 256.
+// same with a 32-split workspace, against attend_head, f16 and Q8_0 caches, head_dim 128 and 256,
+// with one block per query head, grouped blocks and staged blocks (K/V tiles through shared memory).
 // Tokens at 20000, 15001, 8300 and 64 keys (and one skipped) take 79, 59, 33 and 1 splits of the
 // launch's grid. attend_head sums 20000 floats in order, so 5e-4 (relative to max(1, |ref|)).
 TEST(paged_attention, deep_cache_splits_match_attend_head) {
@@ -207,9 +208,10 @@ TEST(paged_attention, deep_cache_splits_match_attend_head) {
       a.block_tables = dtab.p, a.tok_table = dtt.p, a.tok_pos = dpos.p;
       a.n_tok = T, a.n_head = c.Hq, a.n_head_kv = c.Hkv, a.head_dim = D, a.block_size = c.bs;
       a.max_blocks = c.n_blocks, a.max_kv = max_kv, a.scale = scale;
-      for (int run = 0; run < 4; ++run) {
+      for (int run = 0; run < 6; ++run) {
         const int splits = run & 1 ? 32 : 79;
-        a.grouped = run >> 1;  // one block per query head, then grouped blocks
+        a.grouped = run >> 1 == 1;  // one block per query head, grouped blocks, then staged ones
+        a.deep = run >> 1 == 2;
         dev<float> work(splits == 32 ? paged_attention_work_floats(T, c.Hq, D, 32)
                                      : paged_attention_step_work_floats(T, c.Hq, D),
                         0);  // counters start at 0
@@ -225,18 +227,20 @@ TEST(paged_attention, deep_cache_splits_match_attend_head) {
             for (size_t i = size_t(t) * c.Hq * D; i < size_t(t + 1) * c.Hq * D; ++i)
               worst = std::max(worst, double(std::fabs(got[i] - ref[i])) / std::max(1.f, std::fabs(ref[i])));
           }
-          std::printf("%s paged attention D %d, %d keys, %d splits, grouped %d, launch %d: worst relative error %.3g\n",
-                      std::string(type_name(type)).c_str(), D, n_kv, splits, a.grouped, rep, worst);
-          EXPECT_LE(worst, 5e-4) << type_name(type) << " D " << D << " splits " << splits;
+          std::printf("%s paged attention D %d, %d keys, %d splits, grouped %d, staged %d, launch %d: worst "
+                      "relative error %.3g\n",
+                      std::string(type_name(type)).c_str(), D, n_kv, splits, a.grouped, a.deep, rep, worst);
+          EXPECT_LE(worst, 5e-4) << type_name(type) << " D " << D << " splits " << splits << " staged " << a.deep;
         }
       }
     }
   }
 }
 
-// Paged attention over a Q8_0 cache (shuffled block table, GQA, with and without splits) vs
-// attend_head on the same blocks. Both dequantize to the same float values; only the summation
-// order and exp differ: 5e-5 absolute on outputs of size ~1 (some rows reach ~300).
+// Paged attention over a Q8_0 cache (shuffled block table, GQA, with and without splits, and the
+// staged kernel, whose slots hold rows at any 2-byte offset) vs attend_head on the same blocks.
+// Both dequantize to the same float values; only the summation order and exp differ: 5e-5
+// absolute on outputs of size ~1 (some rows reach ~300).
 TEST(paged_attention, q8_0_cache_matches_attend_head) {
   REQUIRE_GPU();
   for (int D : {32, 64, 128, 256}) {
@@ -255,7 +259,9 @@ TEST(paged_attention, q8_0_cache_matches_attend_head) {
     a.block_tables = dtab.p, a.tok_table = dtt.p, a.tok_pos = dpos.p;
     a.n_tok = T, a.n_head = c.Hq, a.n_head_kv = c.Hkv, a.head_dim = D, a.block_size = c.bs;
     a.max_blocks = c.n_blocks, a.max_kv = n_kv_max, a.scale = 1.f / std::sqrt(float(D));
-    for (bool split : {false, true}) {
+    for (int mode = 0; mode < 4; ++mode) {
+      const bool split = mode & 1;
+      a.deep = mode >> 1;
       ASSERT_EQ(launch_paged_attention(a, split ? work.p : nullptr, split ? work.n : 0, nullptr), cudaSuccess);
       const auto got = dout.host();
       std::vector<const uint8_t*> kr, vr;
@@ -278,8 +284,9 @@ TEST(paged_attention, q8_0_cache_matches_attend_head) {
           }
         }
       }
-      std::printf("q8_0 paged attention D %d split %d: worst relative error %.3g\n", D, int(split), worst);
-      EXPECT_LE(worst, 5e-5) << "D " << D << " split " << split;
+      std::printf("q8_0 paged attention D %d split %d staged %d: worst relative error %.3g\n", D, int(split),
+                  a.deep, worst);
+      EXPECT_LE(worst, 5e-5) << "D " << D << " split " << split << " staged " << a.deep;
     }
   }
 }
@@ -306,19 +313,22 @@ std::vector<float> reference_attention(const paged_cache& c, ggml_type t, const 
   return ref;
 }
 
-// GQA ratios 1 to 8, with and without splits, one block per query head and grouped (up to four
+// GQA ratios 1 to 16, with and without splits, one block per query head, grouped (up to four
 // query heads of a KV head a block: ratio 6 is two blocks of three, 8 two of four, 2 one block
-// with two idle head slots), against attend_head. The cache's x300 rows make scores reach ~100,
-// where one rounding of a score (1e-5 of it) moves its softmax weight by as much, and the lanes
-// sum in another order than attend_head: 5e-4 relative, as deep_cache_splits_match_attend_head.
+// with two idle head slots) and staged (all heads of a KV head up to eight a block: 16 is two
+// blocks of eight), f16, f32 and Q8_0, against attend_head; 1, 38, 151 and 300 keys end mid-tile.
+// The cache's x300 rows make scores reach ~100, where one rounding of a score (1e-5 of it) moves
+// its softmax weight by as much, and the lanes sum in another order than attend_head: 5e-4
+// relative, as deep_cache_splits_match_attend_head.
 TEST(paged_attention, gqa_ratios_match_attend_head) {
   REQUIRE_GPU();
-  const std::vector<std::pair<int, int>> heads = {{4, 4}, {8, 4}, {12, 2}, {16, 2}, {6, 1}, {24, 4}};
+  const std::vector<std::pair<int, int>> heads = {{4, 4},  {8, 4}, {12, 4}, {12, 2},
+                                                   {16, 2}, {6, 1}, {24, 4}, {32, 2}};
   const std::vector<int32_t> pos = {0, 37, 383, -1, 150, 299};
   const int T = int(pos.size()), max_kv = 384;
   for (auto [Hq, Hkv] : heads) {
     for (int D : {64, 128, 256}) {
-      for (ggml_type type : {ggml_type::f16, ggml_type::q8_0}) {
+      for (ggml_type type : {ggml_type::f16, ggml_type::f32, ggml_type::q8_0}) {
         const auto c = make_cache(type, D, 11 + D + Hq, Hq, Hkv);
         const auto q = randoms(size_t(T) * Hq * D, uint32_t(Hq * D), -0.01f, 0.01f);
         const float scale = 1.f / std::sqrt(float(D));
@@ -331,9 +341,10 @@ TEST(paged_attention, gqa_ratios_match_attend_head) {
         a.block_tables = dtab.p, a.tok_table = dtt.p, a.tok_pos = dpos.p;
         a.n_tok = T, a.n_head = Hq, a.n_head_kv = Hkv, a.head_dim = D, a.block_size = c.bs;
         a.max_blocks = c.n_blocks, a.max_kv = max_kv, a.scale = scale;
-        for (int mode : {0, 1, 2, 3}) {
+        for (int mode = 0; mode < 6; ++mode) {
           const bool split = mode & 1;
-          a.grouped = mode >> 1;
+          a.grouped = mode >> 1 == 1;
+          a.deep = mode >> 1 == 2;
           ASSERT_EQ(cudaMemset(dout.p, 0, dout.n * sizeof(float)), cudaSuccess);
           ASSERT_EQ(launch_paged_attention(a, split ? work.p : nullptr, split ? work.n : 0, nullptr), cudaSuccess);
           const auto got = dout.host();
@@ -344,7 +355,7 @@ TEST(paged_attention, gqa_ratios_match_attend_head) {
               worst = std::max(worst, double(std::fabs(got[e] - ref[e])) / std::max(1.f, std::fabs(ref[e])));
           }
           EXPECT_LE(worst, 5e-4) << type_name(type) << " " << Hq << "/" << Hkv << " heads, D " << D << " split "
-                                 << split << " grouped " << a.grouped;
+                                 << split << " grouped " << a.grouped << " staged " << a.deep;
         }
       }
     }
