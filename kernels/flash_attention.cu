@@ -1,6 +1,8 @@
-// Causal flash attention for prefill runs over the paged KV cache (f16, f32 or Q8_0 rows): a block
-// takes 64 (token, head) rows of one run that share a KV head, streams K/V tiles into shared memory
-// as fp16 and runs S = Q·Kᵀ and O += P·V on WMMA tensor cores (sm_70 and up), softmax online in fp32.
+// Causal flash attention for prefill runs over the paged KV cache (f16, f32 or Q8_0 rows): the
+// launcher, and the WMMA blocks (sm_70 and up; sm_80+ runs kernels/flash_attention_mma.cu's
+// mma.sync blocks by default). A WMMA block takes 64 (token, head) rows of one run that share a KV
+// head, streams K/V tiles into shared memory as fp16 and runs S = Q·Kᵀ and O += P·V on WMMA
+// tensor cores, softmax online in fp32 (S and P go through shared memory).
 #include "kernels/flash_attention.h"
 
 #include <cuda_fp16.h>
@@ -9,23 +11,23 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "kernels/arch.h"
+#include "kernels/flash_attention_tiles.cuh"
 
 namespace tandem {
 namespace {
 
 using namespace nvcuda;
+using namespace flash;
+using flash_params = flash::params;
 
 constexpr int k_warps = 4;
 constexpr int k_threads = 32 * k_warps;
 constexpr int k_rows = 16 * k_warps;  // (token, head) rows per block: one WMMA row tile per warp
-constexpr int k_max_runs = 32;        // runs per launch: they travel by value in the parameters
-
-// Marks a cache of Q8_0 rows: each head's row is head_dim/32 blocks of 34 bytes (blocks.h).
-struct q8_row {};
-
 // Keys per tile: 64, but 32 at head_dim 256 so that a block fits V100's 96 KiB of shared memory.
 template <int D>
 constexpr int keys_per_tile() {
@@ -55,66 +57,6 @@ struct smem_layout {
   static constexpr int bytes = c_off + k_rows * 4;  // + a float per row: the softmax correction, then l
 };
 
-// The launch's runs and the first block of each (blocks numbered run after run).
-struct run_table {
-  flash_run run[k_max_runs];
-  int tile0[k_max_runs];
-  int n_runs;
-};
-
-struct flash_params {
-  const float* q;
-  const void* k_cache;
-  const void* v_cache;
-  float* out;
-  const int32_t* tables;
-  int n_head, n_head_kv, block_size, max_blocks;
-  float qscale;  // scale · log2(e): scores come out in log2 units for exp2f
-  run_table runs;
-};
-
-__device__ __forceinline__ uint32_t pack_half2(float a, float b) {
-  const __half2 h = __floats2half2_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// Eight consecutive values (from column col, a multiple of 8) of cache row `row` as fp16.
-template <int D, class T>
-__device__ __forceinline__ uint4 load8(const void* cache, int64_t row, int col) {
-  if constexpr (sizeof(T) == 2) {
-    return *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(cache) + row * D + col);
-  } else {
-    const float* p = static_cast<const float*>(cache) + row * D + col;
-    const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-    return make_uint4(pack_half2(a.x, a.y), pack_half2(a.z, a.w), pack_half2(b.x, b.y), pack_half2(b.z, b.w));
-  }
-}
-
-// Q8_0: value = d · q as dequantize_row (exact in fp32, then rounded to fp16). Blocks are only
-// 2-byte aligned, hence the 2-byte loads.
-template <int D>
-__device__ __forceinline__ uint4 load8_q8(const void* cache, int64_t row, int col) {
-  const uint8_t* blk = static_cast<const uint8_t*>(cache) + row * (D / 32 * 34) + (col / 32) * 34;
-  const float d = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(blk)));
-  const uint16_t* qs = reinterpret_cast<const uint16_t*>(blk + 2 + col % 32);
-  uint32_t w[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint16_t pair = qs[i];
-    w[i] = pack_half2(d * static_cast<float>(static_cast<int8_t>(pair & 0xff)),
-                      d * static_cast<float>(static_cast<int8_t>(pair >> 8)));
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-template <int D, class T>
-__device__ __forceinline__ uint4 load_cache8(const void* cache, int64_t row, int col) {
-  if constexpr (std::is_same<T, q8_row>::value)
-    return load8_q8<D>(cache, row, col);
-  else
-    return load8<D, T>(cache, row, col);
-}
-
 // Keys kv0..kv0+BN-1 of kv head kvh into ks and vs ([key][LDH] fp16), through the block table;
 // keys from n_kv on are zeros (they are masked, and a zero V row keeps 0 · garbage out of O).
 // A thread's loads go out a group at a time before their stores, to keep several in flight.
@@ -134,8 +76,7 @@ __device__ void load_kv_tile(const flash_params& p, const int32_t* table, int kv
     for (int u = 0; u < group; ++u) {
       // Keys past the end load the last key's row (no branch around the loads) and become zeros.
       const int i = threadIdx.x + (it0 + u) * k_threads, j = min(kv0 + i / C, n_kv - 1), col = (i % C) * 8;
-      const int64_t slot = static_cast<int64_t>(table[j / p.block_size]) * p.block_size + j % p.block_size;
-      const int64_t row = slot * p.n_head_kv + kvh;
+      const int64_t row = cache_row(p, table, j, kvh);
       kr[u] = load_cache8<D, T>(p.k_cache, row, col);
       vr[u] = load_cache8<D, T>(p.v_cache, row, col);
       if (kv0 + i / C >= n_kv) kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
@@ -161,8 +102,7 @@ __device__ void load_q_tile(const flash_params& p, const flash_run& run, int kvh
     const int r = i / C, col = (i % C) * 4, u = u0 + r;
     float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
     if (u < n_units) {
-      const int64_t head = static_cast<int64_t>(run.t0 + u / grp) * p.n_head + kvh * grp + u % grp;
-      x = *reinterpret_cast<const float4*>(p.q + head * D + col);
+      x = *reinterpret_cast<const float4*>(p.q + unit_row(p, run, kvh, grp, u) * D + col);
     }
     const float s = p.qscale;
     *reinterpret_cast<uint2*>(qs + r * L::LDH + col) =
@@ -300,16 +240,6 @@ __device__ __forceinline__ frag_layout learn_layout(float* sw, int ld) {
   return lay;
 }
 
-// The block's run and tile: blocks are numbered run after run, and taken from the last, so that
-// the tiles with the most keys (the end of a run) start first.
-__device__ __forceinline__ void find_tile(const run_table& t, flash_run& run, int& tile) {
-  const int blk = static_cast<int>(gridDim.x - 1 - blockIdx.x);
-  tile = -1;
-#pragma unroll
-  for (int i = 0; i < k_max_runs; ++i)  // static indices: the table stays in parameter space
-    if (i < t.n_runs && blk >= t.tile0[i]) run = t.run[i], tile = blk - t.tile0[i];
-}
-
 template <int D>
 __device__ __forceinline__ void write_out(const flash_params& p, const flash_run& run, int kvh, int grp, int u_warp,
                                           const acc_frag (&o)[D / 16], frag_layout lay, const float* lw) {
@@ -319,7 +249,7 @@ __device__ __forceinline__ void write_out(const flash_params& p, const flash_run
     const int r = lay.row(i), col = lay.col(i), u = u_warp + r;
     if (u >= n_units) continue;
     const float inv = 1.f / lw[r];
-    float* dst = p.out + (static_cast<int64_t>(run.t0 + u / grp) * p.n_head + kvh * grp + u % grp) * D + col;
+    float* dst = p.out + unit_row(p, run, kvh, grp, u) * D + col;
 #pragma unroll
     for (int f = 0; f < D / 16; ++f) dst[f * 16] = o[f].x[i] * inv;
   }
@@ -409,10 +339,38 @@ bool valid_args(const flash_attention_args& a) {
   return true;
 }
 
+// The kind a launch runs: the caller's, or for best the environment's override, else mma.sync
+// blocks where the device runs sm_80 code (wmma below).
+flash_kernel pick_kernel(flash_kernel asked, int head_dim) {
+  if (asked != flash_kernel::best) return asked;
+  static const flash_kernel forced = [] {
+    const char* e = std::getenv("TANDEM_FLASH_KERNEL");
+    const std::string v = e ? e : "";
+    return v == "wmma" ? flash_kernel::wmma : v == "mma64" ? flash_kernel::mma64
+                                            : v == "mma128" ? flash_kernel::mma128 : flash_kernel::best;
+  }();
+  if (forced != flash_kernel::best && (forced == flash_kernel::wmma || flash_mma_rows(head_dim, forced) > 0))
+    return forced;
+  if (kernel_arch() < 80) return flash_kernel::wmma;
+  return head_dim <= 128 ? flash_kernel::mma128 : flash_kernel::mma64;
+}
+
+cudaError_t launch_kind(const flash_params& p, const flash_attention_args& a, flash_kernel k, int tiles,
+                        cudaStream_t stream) {
+  if (k != flash_kernel::wmma) return launch_flash_mma(p, a.head_dim, a.cache_type, k, tiles, a.n_head_kv, stream);
+  if (a.cache_type == ggml_type::f16) return launch_t<uint16_t>(p, a.head_dim, tiles, a.n_head_kv, stream);
+  if (a.cache_type == ggml_type::f32) return launch_t<float>(p, a.head_dim, tiles, a.n_head_kv, stream);
+  if (a.cache_type == ggml_type::q8_0) return launch_t<q8_row>(p, a.head_dim, tiles, a.n_head_kv, stream);
+  return cudaErrorInvalidValue;
+}
+
 }  // namespace
 
 cudaError_t launch_flash_attention(const flash_attention_args& a, cudaStream_t stream) {
   if (!valid_args(a)) return cudaErrorInvalidValue;
+  const flash_kernel kind = pick_kernel(a.kernel, a.head_dim);
+  const int rows = kind == flash_kernel::wmma ? k_rows : flash_mma_rows(a.head_dim, kind);
+  if (rows <= 0 || (kind != flash_kernel::wmma && kernel_arch() < 80)) return cudaErrorInvalidValue;
   const int grp = a.n_head / a.n_head_kv;
   flash_params p{};
   p.q = a.q, p.k_cache = a.k_cache, p.v_cache = a.v_cache, p.out = a.out, p.tables = a.block_tables;
@@ -428,15 +386,11 @@ cudaError_t launch_flash_attention(const flash_attention_args& a, cudaStream_t s
       if (r.n == 0) continue;
       t.run[t.n_runs] = r;
       t.tile0[t.n_runs++] = static_cast<int>(tiles);
-      tiles += (int64_t{r.n} * grp + k_rows - 1) / k_rows;
+      tiles += (int64_t{r.n} * grp + rows - 1) / rows;
       if (tiles > INT_MAX) return cudaErrorInvalidValue;
     }
     if (tiles == 0) continue;
-    cudaError_t e = cudaErrorInvalidValue;
-    const int n = static_cast<int>(tiles);
-    if (a.cache_type == ggml_type::f16) e = launch_t<uint16_t>(p, a.head_dim, n, a.n_head_kv, stream);
-    if (a.cache_type == ggml_type::f32) e = launch_t<float>(p, a.head_dim, n, a.n_head_kv, stream);
-    if (a.cache_type == ggml_type::q8_0) e = launch_t<q8_row>(p, a.head_dim, n, a.n_head_kv, stream);
+    const cudaError_t e = launch_kind(p, a, kind, static_cast<int>(tiles), stream);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;

@@ -1,6 +1,8 @@
 // Flash attention (prefill runs) over f16, f32 and Q8_0 paged caches against the CPU's attend_head
-// on random inputs: head sizes 32-256, GQA 1-8, runs at position 0 and past it, lengths around the
-// 64-row tile, several runs in one launch over shuffled block tables. Skips without a CUDA device.
+// on random inputs, every case through each kind of block the device runs (WMMA; mma.sync of 64
+// and 128 rows on sm_80+): head sizes 32-256, GQA 1-8, runs at position 0 and past it, lengths
+// around the row and key tiles, several runs in one launch over shuffled block tables. Skips
+// without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "kernels/arch.h"
 #include "kernels/flash_attention.h"
 #include "quant/quant.h"
 #include "kernel_test_util.h"
@@ -80,7 +83,7 @@ struct worst_error {
 
 // Runs the case's runs in one launch (tokens back to back, one uncovered token after each run,
 // which must keep the output's poison) and compares every row with attend_head.
-worst_error run_case_and_compare(const flash_case& c, uint32_t seed, int* untouched_bad) {
+worst_error run_case_and_compare(const flash_case& c, flash_kernel kind, uint32_t seed, int* untouched_bad) {
   const int D = c.D, Hkv = c.n_head_kv, Hq = Hkv * c.grp;
   const paged_setup s = make_setup(c, seed);
   std::vector<flash_run> runs;
@@ -98,6 +101,7 @@ worst_error run_case_and_compare(const flash_case& c, uint32_t seed, int* untouc
   a.block_tables = dtab.p, a.runs = runs.data(), a.n_runs = int(runs.size());
   a.n_tok = n_tok, a.n_head = Hq, a.n_head_kv = Hkv, a.head_dim = D;
   a.block_size = c.block_size, a.max_blocks = s.max_blocks, a.scale = 1.f / std::sqrt(float(D));
+  a.kernel = kind;
   EXPECT_EQ(launch_flash_attention(a, nullptr), cudaSuccess);
   const auto got = dout.host();
 
@@ -145,21 +149,38 @@ worst_error run_case_and_compare(const flash_case& c, uint32_t seed, int* untouc
 // fp16 q, K and V (P too) against the CPU's float arithmetic: ~1e-3 of a row's scale at worst.
 constexpr double k_tolerance = 2e-3;
 
-void check(const flash_case& c, uint32_t seed) {
-  int untouched_bad = 0;
-  const worst_error w = run_case_and_compare(c, seed, &untouched_bad);
-  std::printf("flash attention %s D %d kv heads %d grp %d bs %d (%zu runs): worst %.3g\n",
-              std::string(type_name(c.type)).c_str(), c.D, c.n_head_kv, c.grp, c.block_size, c.runs.size(), w.rel);
-  EXPECT_LE(w.rel, k_tolerance) << type_name(c.type) << " D " << c.D << " grp " << c.grp << ": worst at run "
-                                << w.run << " (n " << c.runs[std::max(w.run, 0)].n << ", pos0 "
-                                << c.runs[std::max(w.run, 0)].pos0 << ") token " << w.token << " head " << w.head
-                                << " d " << w.d << ": got " << w.got << ", reference " << w.ref;
-  EXPECT_EQ(untouched_bad, 0) << "values written outside the runs";
+const char* kind_name(flash_kernel k) {
+  return k == flash_kernel::wmma ? "wmma" : k == flash_kernel::mma64 ? "mma64" : "mma128";
 }
 
-// Lengths around the 64-row tile (and its 32- and 64-key tiles), a run at position 0 and runs
-// that continue a sequence already in the cache, six runs in one launch.
-const std::vector<run_case> k_mixed_runs = {{1, 0}, {17, 0}, {63, 5}, {64, 0}, {65, 130}, {300, 0}};
+// The kinds of block this device runs for head size D.
+std::vector<flash_kernel> kinds_for(int D) {
+  std::vector<flash_kernel> kinds{flash_kernel::wmma};
+  if (kernel_arch() >= 80) {
+    kinds.push_back(flash_kernel::mma64);
+    if (D <= 128) kinds.push_back(flash_kernel::mma128);
+  }
+  return kinds;
+}
+
+void check(const flash_case& c, uint32_t seed) {
+  for (flash_kernel kind : kinds_for(c.D)) {
+    int untouched_bad = 0;
+    const worst_error w = run_case_and_compare(c, kind, seed, &untouched_bad);
+    std::printf("flash attention %s %s D %d kv heads %d grp %d bs %d (%zu runs): worst %.3g\n", kind_name(kind),
+                std::string(type_name(c.type)).c_str(), c.D, c.n_head_kv, c.grp, c.block_size, c.runs.size(), w.rel);
+    EXPECT_LE(w.rel, k_tolerance) << kind_name(kind) << " " << type_name(c.type) << " D " << c.D << " grp " << c.grp
+                                  << ": worst at run " << w.run << " (n " << c.runs[std::max(w.run, 0)].n
+                                  << ", pos0 " << c.runs[std::max(w.run, 0)].pos0 << ") token " << w.token
+                                  << " head " << w.head << " d " << w.d << ": got " << w.got << ", reference "
+                                  << w.ref;
+    EXPECT_EQ(untouched_bad, 0) << kind_name(kind) << ": values written outside the runs";
+  }
+}
+
+// Lengths around the 64- and 128-row tiles (and the 32- and 64-key tiles), a run at position 0
+// and runs that continue a sequence already in the cache, six runs in one launch.
+const std::vector<run_case> k_mixed_runs = {{1, 0}, {17, 0}, {63, 5}, {64, 0}, {65, 130}, {127, 9}, {300, 0}};
 
 TEST(flash_attention, f16_and_q8_0_match_attend_head_over_head_sizes_and_gqa) {
   REQUIRE_GPU();
@@ -222,6 +243,11 @@ TEST(flash_attention, rejects_bad_arguments) {
   const flash_run deep{0, 1, 0, 16};  // position 16 with one 16-slot block
   EXPECT_EQ(with([&](flash_attention_args& b) { b.runs = &deep; }), cudaErrorInvalidValue);
   EXPECT_EQ(with([](flash_attention_args& b) { b.n_runs = 0; }), cudaSuccess);  // nothing to do
+  // 128-row mma.sync blocks stop at head size 128; below sm_80 there are no mma.sync blocks.
+  EXPECT_EQ(with([](flash_attention_args& b) { b.head_dim = 256, b.kernel = flash_kernel::mma128; }),
+            cudaErrorInvalidValue);
+  if (kernel_arch() < 80)
+    EXPECT_EQ(with([](flash_attention_args& b) { b.kernel = flash_kernel::mma64; }), cudaErrorInvalidValue);
   cudaGetLastError();
 }
 
