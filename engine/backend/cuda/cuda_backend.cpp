@@ -431,7 +431,9 @@ status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
   }
   const bool neox = desc_.arch->flags.rope == rope_style::neox;
   const int32_t* pos = dev_ints(plan_.off_pos);
-  if (T <= k_matvec_max_tokens) {  // decode: norms, RoPE and the KV store as one launch
+  // Decode steps, a decode batch included: norms, RoPE and the KV store as one launch (five
+  // launches a layer cost a 16-sequence step ~1 ms, launch-bound).
+  if (plan_.off_rot != 0) {
     qk_rope_store_args a;
     a.q = q, a.k = k, a.v = v;
     a.q_norm = L.q_norm, a.k_norm = L.q_norm ? L.k_norm : nullptr, a.eps = hp.rms_eps;

@@ -6,7 +6,7 @@
 #include <map>
 
 #include "backend/cpu/ops.h"
-#include "kernels/matvec.h"
+#include "kernels/qgemm.h"
 
 namespace tandem {
 namespace {
@@ -32,11 +32,11 @@ void find_runs(const batch& b, const std::map<int32_t, int>& table_of, batch_pla
   p.paged_max_kv = (p.paged_max_kv + k_kv_bucket - 1) / k_kv_bucket * k_kv_bucket;
 }
 
-// Decode steps take their RoPE rotations from here: the kernels would spend microseconds of
-// double-precision arithmetic on them in every layer.
+// Decode steps (up to a decode batch) take their RoPE rotations from here: the kernels would
+// spend microseconds of double-precision arithmetic on them in every layer.
 void add_rotations(const batch& b, const hparams& hp, batch_plan& p) {
   p.off_rot = 0;
-  if (p.n_tok > k_matvec_max_tokens) return;
+  if (p.n_tok > k_qgemm_max_tokens) return;
   const int rd = static_cast<int>(hp.rope_dim);
   p.off_rot = (p.ints.size() + 1) / 2 * 2;  // float2-aligned
   p.ints.resize(p.off_rot + size_t(p.n_tok) * rd, 0);

@@ -36,7 +36,7 @@ struct batch_plan {
   size_t off_dn_runs = 0;  // valid when n_dn_runs > 0
   int n_dn_runs = 0;       // 0 unless hp.hybrid(): one run per sequence of the batch
   int dn_max_tokens = 0;   // the longest DeltaNet run (dn_runs::max_tokens: sizes the conv's grid)
-  size_t off_rot = 0;  // 0: no rotations (steps of more than k_matvec_max_tokens tokens)
+  size_t off_rot = 0;  // 0: no rotations (steps of more than k_qgemm_max_tokens tokens)
 };
 
 // Fills p for batch b over cache (whose sequences already hold b's positions). Block tables are

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "kernels/qgemm.h"
 
 namespace tandem {
 namespace {
@@ -82,7 +83,7 @@ TEST(batch_plan, decode_step_layout_tables_and_rotations) {
 }
 
 // A prompt of 20 tokens next to a decode token: the prompt is a run (flash attention, masked out
-// of the paged kernel); more than k_matvec_max_tokens tokens carry no rotation table.
+// of the paged kernel); a step of up to k_qgemm_max_tokens tokens carries its rotation table.
 TEST(batch_plan, long_runs_take_the_gemm_path) {
   host_cache cache(config());
   ASSERT_TRUE(cache.grow(0, 20).ok());
@@ -100,6 +101,19 @@ TEST(batch_plan, long_runs_take_the_gemm_path) {
   EXPECT_EQ(p.ints[p.off_paged + 20], 4);
   EXPECT_TRUE(p.any_paged);
   EXPECT_EQ(p.paged_max_kv, 256);
+  ASSERT_GT(p.off_rot, 0u);
+  EXPECT_EQ(p.ints.size(), p.off_rot + 21 * size_t(qwen_like().rope_dim));
+}
+
+// Steps longer than a decode batch (prefill chunks) carry no rotation table: their RoPE runs in
+// its own launch, which computes the angles itself.
+TEST(batch_plan, prefill_steps_carry_no_rotations) {
+  host_cache cache(config());
+  ASSERT_TRUE(cache.grow(0, k_qgemm_max_tokens + 1).ok());
+  batch b;
+  for (int i = 0; i <= k_qgemm_max_tokens; ++i) b.add(i, 0, i, i == k_qgemm_max_tokens);
+  batch_plan p;
+  plan_batch(b, cache, qwen_like(), p);
   EXPECT_EQ(p.off_rot, 0u);
   EXPECT_EQ(p.ints.size(), p.off_tables + size_t(p.n_tables) * p.max_blocks);
 }
