@@ -203,7 +203,6 @@ __global__ void __launch_bounds__(32 * k_rope_warps) qk_rope_store_kernel(qk_rop
 template <int DPL, class T, int GM>
 __global__ void __launch_bounds__(32 * k_warps)
     paged_attention_kernel(paged_attention_args a, int n_split, int chunk, float* part) {
-  constexpr int D = 32 * DPL;
   // Keys a warp loads at once: fewer when GM heads' queries and sums already take the registers.
   constexpr int KK = GM * DPL > 16 ? 2 : k_keys;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -227,13 +226,7 @@ __global__ void __launch_bounds__(32 * k_warps)
   pdl_wait();
   pdl_trigger();  // the wo mat-vec may start fetching its weights
   float q[GM][DPL], acc[GM][DPL], m[GM], l[GM];
-#pragma unroll
-  for (int g = 0; g < GM; ++g) {
-    const float* qrow = a.q + (static_cast<int64_t>(t) * a.n_head + hg.h0 + g) * D + lane * DPL;
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) q[g][i] = g < hg.g ? qrow[i] * a.scale : 0.f, acc[g][i] = 0.f;
-    m[g] = -INFINITY, l[g] = 0.f;
-  }
+  start_group<DPL, GM>(a, hg, lane, q, acc, m, l);
   // Each warp takes runs of KK consecutive keys: the run's K and V loads are all issued before
   // the first is used, and the next run's table lookups go out while they are in flight, so a
   // warp waits for about one memory round trip per run.

@@ -243,6 +243,21 @@ __device__ __forceinline__ head_group group_of(const paged_attention_args& a, in
   return {bx / per_tok, kvh, kvh * G + sub * hs, min(hs, G - sub * hs)};
 }
 
+// The group's scaled queries (lane's DPL dims of each head; heads past hg.g are zeros) and the
+// online softmax's empty state.
+template <int DPL, int GM>
+__device__ __forceinline__ void start_group(const paged_attention_args& a, const head_group& hg, int lane,
+                                            float (&q)[GM][DPL], float (&acc)[GM][DPL], float (&m)[GM],
+                                            float (&l)[GM]) {
+#pragma unroll
+  for (int g = 0; g < GM; ++g) {
+    const float* qrow = a.q + (static_cast<int64_t>(hg.t) * a.n_head + hg.h0 + g) * (32 * DPL) + lane * DPL;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) q[g][i] = g < hg.g ? qrow[i] * a.scale : 0.f, acc[g][i] = 0.f;
+    m[g] = -INFINITY, l[g] = 0.f;
+  }
+}
+
 // combine_splits for one head with one warp, so that a grouped block's last split merges its
 // heads side by side (one after another, the tail of a deep layer grew by a merge per head):
 // lane s holds splits s, s + 32, ... of (m, l); their weights go through s_e, and the lanes'

@@ -107,7 +107,7 @@ template <int DPL, class T, int GM>
 __global__ void __launch_bounds__(32 * k_warps)
     paged_deep_kernel(paged_attention_args a, int n_split, int chunk, float* part) {
   using P = deep_shape<DPL, T, GM>;
-  constexpr int D = 32 * DPL, KK = P::KK, TK = P::TK, S = P::S;
+  constexpr int KK = P::KK, TK = P::TK, S = P::S;
   extern __shared__ __align__(16) uint8_t s_tiles[];
   int* s_offs = reinterpret_cast<int*>(s_tiles + S * P::STAGE);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -136,13 +136,7 @@ __global__ void __launch_bounds__(32 * k_warps)
   }
   if (S - 1 < n_tiles) gather_rows<P>(a, table, kvh, begin + (S - 1) * TK, end, rows);
   float q[GM][DPL], acc[GM][DPL], m[GM], l[GM];
-#pragma unroll
-  for (int g = 0; g < GM; ++g) {
-    const float* qrow = a.q + (static_cast<int64_t>(t) * a.n_head + hg.h0 + g) * D + lane * DPL;
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) q[g][i] = g < hg.g ? qrow[i] * a.scale : 0.f, acc[g][i] = 0.f;
-    m[g] = -INFINITY, l[g] = 0.f;
-  }
+  start_group<DPL, GM>(a, hg, lane, q, acc, m, l);
   for (int i = 0; i < n_tiles; ++i) {
     // The stage refilled here was read in the previous iteration, which ended with a barrier.
     const int nx = i + S - 1;
