@@ -581,6 +581,11 @@ size_t qgemm_work_bytes(int64_t n_in, int64_t n_out, int n_tok) {
   return static_cast<size_t>(pieces) * static_cast<size_t>(n_tok) * static_cast<size_t>(n_out) * sizeof(float);
 }
 
+int qgemm_block_rows(ggml_type t, int64_t n_in, int64_t n_out, int n_tok) {
+  if (!gpu_can_qgemm(t) || n_in < BK || n_in % BK != 0 || n_out < 1 || n_tok < 1 || n_tok > BT) return 0;
+  return qgemm_frag_serves(t) ? qgemm_frag_block_rows(t, n_out, n_tok, qgemm_splits(n_in, n_out)) : BN;
+}
+
 cudaError_t launch_qgemm(ggml_type t, const void* w, int64_t n_in, int64_t n_out, const uint16_t* x16, int n_tok,
                          float* y, bool add, void* work, cudaStream_t stream) {
   if (!gpu_can_qgemm(t) || n_in <= 0 || n_in % BK != 0 || n_in % type_info(t).block_size != 0 || n_out < 1 ||

@@ -42,6 +42,11 @@ size_t qgemm_work_bytes(int64_t n_in, int64_t n_out, int n_tok);
 cudaError_t launch_qgemm(ggml_type t, const void* w, int64_t n_in, int64_t n_out, const uint16_t* x16, int n_tok,
                          float* y, bool add, void* work, cudaStream_t stream);
 
+// Weight rows one block of launch_qgemm holds for this shape on the current device: 64 for the
+// WMMA blocks; 64, 128 or 256 for the fragment blocks (kernels/qgemm_frag.h). What the tests
+// check their shapes reach; 0 for unsupported arguments.
+int qgemm_block_rows(ggml_type t, int64_t n_in, int64_t n_out, int n_tok);
+
 // ---- The grouped form: prefill's expert GEMM (kernels/moe.h's launch_moe_gemm) ------------
 // The same blocks, each on one row tile of up to k_qgemm_max_tokens rows of one expert's group,
 // which it finds on the device: the groups' sizes never reach the host.

@@ -6,9 +6,12 @@
 #include <cuda_fp16.h>
 
 #include <cstdlib>
+#include <type_traits>
 
 #include "kernels/arch.h"
 #include "kernels/cp_async.cuh"
+#include "kernels/device_attribute.h"
+#include "kernels/mma_sync.cuh"
 #include "kernels/moe_tiles.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/quant_blocks.cuh"
@@ -20,9 +23,10 @@ namespace {
 // rows (the GGUF bytes, each address's value mod 16 kept) and the same 256 columns of x as fp16;
 // all S stages are copied with cp.async at the start, then each is refilled once read; one
 // barrier a stage. x is read from L2 once per block, so 25 tokens and more (four 8-token tiles)
-// take 8 warps (128 rows) a block, halving those reads. The WMMA blocks this replaces issued
-// 8-11 instructions a weight (dequantize, store the fp16 tile, reload it as fragments, two
-// barriers a 128-column step) and streamed 0.35-0.65 TB/s.
+// take 8 warps (128 rows) a block, halving those reads; Q6_K at 49-64 tokens takes 16 (256 rows,
+// the decoder's tall_from). The WMMA blocks this replaces issued 8-11 instructions a weight
+// (dequantize, store the fp16 tile, reload it as fragments, two barriers a 128-column step) and
+// streamed 0.35-0.65 TB/s.
 constexpr int KB = 256;
 template <int NT8>
 constexpr int warps_for() {
@@ -34,20 +38,21 @@ constexpr int warps_for() {
 constexpr int k_x_row = 2 * KB;
 __device__ __forceinline__ int x_slot(int c, int r) { return c ^ ((c >> 3) & 3) ^ ((r & 1) << 2); }
 
-// A launch's geometry for weight type T and NT8 8-token tiles: rows a block (BN), bytes of a
-// stage row (P: the 256 columns start anywhere in a 16-byte chunk) and of a stage, and stages:
-// as many (2..4) as fit 40 KiB, two at least (106-127 KiB a block at 57-64 tokens), so that up
-// to 24 tokens shared memory leaves room for more blocks an SM than registers do (3-4,
+// A launch's geometry for weight type T, W warps and NT8 8-token tiles: rows a block (BN), bytes
+// of a stage row (P: the 256 columns start anywhere in a 16-byte chunk) and of a stage, and
+// stages: as many (2..4) as fit 40 KiB, two at least (106-127 KiB a block at 57-64 tokens), so
+// that up to 24 tokens shared memory leaves room for more blocks an SM than registers do (3-4,
 // tests/kernels/occupancy_budget.txt) and a 4096-input matrix (two stages a piece) has all its
-// loads in flight at once.
-template <class T, int NT8>
+// loads in flight at once. A 16-warp block is alone on its SM: as many as fit 216 KiB.
+template <class T, int W, int NT8>
 struct frag_geom {
-  static constexpr int W = warps_for<NT8>(), threads = 32 * W, BN = 16 * W;
+  static constexpr int warps = W, threads = 32 * W, BN = 16 * W;
   static constexpr int span = sizeof(T), C = (15 + span + 15) / 16, P = 16 * C, w_bytes = BN * P;
-  static constexpr int stage = w_bytes + NT8 * 8 * k_x_row;
-  static constexpr int S = 40960 / stage >= 4 ? 4 : 40960 / stage >= 3 ? 3 : 2;
+  static constexpr int stage = w_bytes + NT8 * 8 * k_x_row, budget = W == 16 ? 221184 : 40960;
+  static constexpr int S = budget / stage >= 4 ? 4 : budget / stage >= 3 ? 3 : 2;
   static constexpr int smem = S * stage;
-  static constexpr int min_blocks = W == 8 ? 2 : 0;  // registers for two 8-warp blocks an SM (0: ptxas decides)
+  // Registers for two 8-warp blocks or one 16-warp block an SM (0: ptxas decides).
+  static constexpr int min_blocks = W == 16 ? 1 : W == 8 ? 2 : 0;
 };
 
 // A thread's share of each stage's copy, its rows worked out once (per 16-byte chunk, that
@@ -58,7 +63,7 @@ struct frag_geom {
 // zeros) or r (zeros from n_tok).
 template <class G, int NT8>
 struct stage_copy {
-  static constexpr int J = (G::BN * G::C + G::threads - 1) / G::threads, x_rows = (8 * NT8 + G::W - 1) / G::W;
+  static constexpr int J = (G::BN * G::C + G::threads - 1) / G::threads, x_rows = (8 * NT8 + G::warps - 1) / G::warps;
   const uint8_t *w, *w_end;
   int64_t row_bytes, n_in;
   const uint16_t* x;
@@ -93,7 +98,7 @@ struct stage_copy {
     uint8_t* xs = st + G::w_bytes;
 #pragma unroll
     for (int i = 0; i < x_rows; ++i) {
-      const int tok = tok0 + G::W * i;
+      const int tok = tok0 + G::warps * i;
       if (tok >= 8 * NT8) break;
       const int r = rows ? rows[tok] : tok < n_tok ? tok : -1;
       const uint16_t* src = x + max(r, 0) * n_in + kb * KB + 8 * ch;
@@ -132,6 +137,11 @@ __device__ __forceinline__ uint2 lds8(const uint8_t* p) {
 struct q4k_frag {
   using type = block_q4_k;
   static constexpr int G = 2, groups = 4;
+  // 8-token tiles from which 16-warp blocks serve: never. Two 8-warp blocks fit an SM at any
+  // count, and 256-row blocks (16 warps, or 8 of 32 rows) were no faster at 32 and 64 tokens
+  // on an H200 (4096 x 12288 the same, 4096 x 4096 and 12288 x 4096 slower): halving x's L2
+  // reads did not pay for fewer, larger blocks.
+  static constexpr int tall_from = 9;
   struct scales {
     __half2 d[2], m[2];  // (scale, scale) and (-min, -min) of sub-blocks 2t, 2t + 1
   };
@@ -173,6 +183,10 @@ struct q4k_frag {
 struct q6k_frag {
   using type = block_q6_k;
   static constexpr int G = 4, groups = 2;
+  // From 49 tokens a 128-row block's two stages take 122-127 KiB, one block (8 warps) an SM;
+  // a 256-row block of 16 warps keeps 16 warps an SM. (At 25-48 tokens two 128-row blocks fit,
+  // and 256-row ones were slower at 32.)
+  static constexpr int tall_from = 7;
   struct scales {
     float d;
     uint32_t sc[2];  // byte j of sc[h]: the int8 scale of quarter j
@@ -213,16 +227,6 @@ struct q6k_frag {
     }
   }
 };
-
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#endif
-}
 
 // One stage's products for this thread's rows g and g + 8 of its warp (blocks at blk_a, blk_b)
 // against x's token tiles: lane (g, t) holds A rows g, g + 8 and B token g of each 8-token tile.
@@ -282,12 +286,13 @@ __device__ __forceinline__ void for_outputs(int ra, const float (&acc)[NT8][4], 
     for (int e = 0; e < 4; ++e) f(e < 2 ? ra : ra + 8, 8 * j + 2 * t + (e & 1), acc[j][e]);
 }
 
-// Grid: (tiles of BN rows, pieces of n_in); NT8: 8-token tiles (ceil(n_tok / 8)).
-template <class D, int NT8>
-__global__ void __launch_bounds__(frag_geom<typename D::type, NT8>::threads, frag_geom<typename D::type, NT8>::min_blocks)
+// Grid: (tiles of BN rows, pieces of n_in); W warps; NT8: 8-token tiles (ceil(n_tok / 8)).
+template <class D, int W, int NT8>
+__global__ void __launch_bounds__(frag_geom<typename D::type, W, NT8>::threads,
+                                  frag_geom<typename D::type, W, NT8>::min_blocks)
     qgemm_frag_kernel(qgemm_frag_args p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using G = frag_geom<typename D::type, NT8>;
+  using G = frag_geom<typename D::type, W, NT8>;
   extern __shared__ __align__(128) uint8_t dyn[];
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * G::BN, kb0 = static_cast<int64_t>(blockIdx.y) * p.k_blocks;
   const int nkb = static_cast<int>(min(p.k_blocks, p.n_in / KB - kb0));
@@ -322,10 +327,10 @@ __global__ void __launch_bounds__(frag_geom<typename D::type, NT8>::threads, fra
 // a block's 64 token rows are one row tile of one expert, found on the device, and its
 // weights that expert's matrix; blocks past tiles[n_expert] exit.
 template <class D>
-__global__ void __launch_bounds__(frag_geom<typename D::type, 8>::threads, frag_geom<typename D::type, 8>::min_blocks)
+__global__ void __launch_bounds__(frag_geom<typename D::type, 8, 8>::threads, frag_geom<typename D::type, 8, 8>::min_blocks)
     qgemm_frag_grouped_kernel(qgemm_frag_grouped_args g) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using G = frag_geom<typename D::type, 8>;
+  using G = frag_geom<typename D::type, 8, 8>;
   extern __shared__ __align__(128) uint8_t dyn[];
   __shared__ int src[64], dst[64];
   pdl_wait();  // the groups come from the kernel before
@@ -361,33 +366,74 @@ __global__ void __launch_bounds__(frag_geom<typename D::type, 8>::threads, frag_
 #endif
 }
 
+// Whether 16-warp blocks serve this launch: from the decoder's tall_from, where the device has
+// their shared memory and their grid fills three quarters of the SMs (one block each; fewer
+// blocks would leave more of the GPU idle than the 128-row ones); TANDEM_QGEMM_FRAG_TALL=0 keeps
+// the 128-row blocks, to compare them.
 template <class D, int NT8>
+bool tall_for(int64_t n_out, int pieces) {
+  static const bool off = [] {
+    const char* e = std::getenv("TANDEM_QGEMM_FRAG_TALL");
+    return e && e[0] == '0' && e[1] == 0;
+  }();
+  if constexpr (NT8 < D::tall_from) {
+    return false;
+  } else {
+    const int64_t blocks = (n_out + 255) / 256 * pieces;
+    return !off && 4 * blocks >= 3 * int64_t{device_attribute<cudaDevAttrMultiProcessorCount>()} &&
+           frag_geom<typename D::type, 16, NT8>::smem <= device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>();
+  }
+}
+
+template <class D, int W, int NT8>
 cudaError_t launch_tiles(const qgemm_frag_args& a, cudaStream_t s) {
-  using G = frag_geom<typename D::type, NT8>;
-  constexpr auto kernel = qgemm_frag_kernel<D, NT8>;
+  using G = frag_geom<typename D::type, W, NT8>;
+  constexpr auto kernel = qgemm_frag_kernel<D, W, NT8>;
   const cudaError_t e = allow_dynamic_smem_once<kernel>(G::smem);
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>((a.n_out + G::BN - 1) / G::BN), static_cast<unsigned>(a.pieces));
   return launch_pdl_shared(kernel, grid, dim3(G::threads), G::smem, s, a);
 }
 
-template <class D>
-cudaError_t launch_type(const qgemm_frag_args& a, cudaStream_t s) {
-  switch ((a.n_tok + 7) / 8) {
-    case 1: return launch_tiles<D, 1>(a, s);
-    case 2: return launch_tiles<D, 2>(a, s);
-    case 3: return launch_tiles<D, 3>(a, s);
-    case 4: return launch_tiles<D, 4>(a, s);
-    case 5: return launch_tiles<D, 5>(a, s);
-    case 6: return launch_tiles<D, 6>(a, s);
-    case 7: return launch_tiles<D, 7>(a, s);
-    default: return launch_tiles<D, 8>(a, s);
+// f(std::integral_constant<int, NT8>{}) for n_tok's 8-token tiles.
+template <class F>
+auto by_tiles(int n_tok, F&& f) {
+  switch ((n_tok + 7) / 8) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, 8>{});
+  }
+}
+
+// f(decoder{}) for Q4_K and Q6_K, else none.
+template <class R, class F>
+R by_type(ggml_type t, R none, F&& f) {
+  switch (t) {
+    case ggml_type::q4_k: return f(q4k_frag{});
+    case ggml_type::q6_k: return f(q6k_frag{});
+    default: return none;
   }
 }
 
 template <class D>
+cudaError_t launch_type(const qgemm_frag_args& a, cudaStream_t s) {
+  return by_tiles(a.n_tok, [&](auto nt8) {
+    constexpr int NT8 = decltype(nt8)::value;
+    if constexpr (NT8 >= D::tall_from) {
+      if (tall_for<D, NT8>(a.n_out, a.pieces)) return launch_tiles<D, 16, NT8>(a, s);
+    }
+    return launch_tiles<D, warps_for<NT8>(), NT8>(a, s);
+  });
+}
+
+template <class D>
 cudaError_t launch_grouped(const qgemm_frag_grouped_args& a, cudaStream_t s) {
-  using G = frag_geom<typename D::type, 8>;
+  using G = frag_geom<typename D::type, 8, 8>;
   constexpr auto kernel = qgemm_frag_grouped_kernel<D>;
   const cudaError_t e = allow_dynamic_smem_once<kernel>(G::smem);
   if (e != cudaSuccess) return e;
@@ -407,11 +453,17 @@ bool qgemm_frag_serves(ggml_type t) {
 
 cudaError_t launch_qgemm_frag(ggml_type t, const qgemm_frag_args& a, cudaStream_t stream) {
   if (a.n_tok < 1 || a.n_tok > 64 || a.n_in % KB != 0 || a.k_blocks < 1) return cudaErrorInvalidValue;
-  switch (t) {
-    case ggml_type::q4_k: return launch_type<q4k_frag>(a, stream);
-    case ggml_type::q6_k: return launch_type<q6k_frag>(a, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return by_type(t, cudaErrorInvalidValue, [&](auto d) { return launch_type<decltype(d)>(a, stream); });
+}
+
+int qgemm_frag_block_rows(ggml_type t, int64_t n_out, int n_tok, int pieces) {
+  return by_type(t, 0, [&](auto d) {
+    using D = decltype(d);
+    return by_tiles(n_tok, [&](auto nt8) {
+      constexpr int NT8 = decltype(nt8)::value;
+      return tall_for<D, NT8>(n_out, pieces) ? 256 : 16 * warps_for<NT8>();
+    });
+  });
 }
 
 cudaError_t launch_qgemm_frag_grouped(ggml_type t, const qgemm_frag_grouped_args& a, cudaStream_t stream) {

@@ -30,6 +30,10 @@ bool qgemm_frag_serves(ggml_type t);
 
 cudaError_t launch_qgemm_frag(ggml_type t, const qgemm_frag_args& a, cudaStream_t stream);
 
+// Weight rows a block of that launch holds on the current device: 64 or 128, or 256 (16 warps:
+// Q6_K at 49-64 tokens where their grid fills the GPU); 0 for other types.
+int qgemm_frag_block_rows(ggml_type t, int64_t n_out, int n_tok, int pieces);
+
 // launch_qgemm_grouped's launch (its arguments, checked there): row tiles of 64 token rows
 // against tiles of 128 weight rows.
 struct qgemm_frag_grouped_args {

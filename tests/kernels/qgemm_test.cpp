@@ -1,6 +1,7 @@
 // The decode-batch GEMM against the CPU reference on random inputs: every supported type, 1..64
-// tokens, row counts off the tile size, n_in cut into pieces, y += W·x; a token's result does not
-// depend on how many share the launch; bad sizes are refused. Skips without a CUDA device. Plus a
+// tokens, row counts off the tile size, n_in cut into pieces, y += W·x, the fragment blocks'
+// 256-row form; a token's result does not depend on how many share the launch; bad sizes are
+// refused. Skips without a CUDA device. Plus a
 // bandwidth benchmark (big.qgemm_bandwidth) on an 8B model's shapes.
 #include <gtest/gtest.h>
 
@@ -8,6 +9,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "kernels/layer_ops.h"
@@ -114,6 +117,44 @@ TEST(qgemm, a_tokens_result_does_not_depend_on_the_batch) {
   for (size_t i = 0; i < few.size(); ++i) ASSERT_EQ(few[i], all[i]) << "output " << i;  // bitwise
 }
 
+// Q6_K at 49-64 tokens on a matrix whose grid of 256-row blocks fills the GPU: the 16-warp blocks
+// (on an H100/H200-class device, unless TANDEM_QGEMM_FRAG_TALL=0 keeps the 128-row ones), rows
+// off 256, n_in in pieces, 7 and 8 token tiles, y += W·x; and each token's result has the same
+// bits as from the 128-row blocks (41 tokens) and the 64-row ones (9 tokens): the same products in
+// the same order.
+bool expect_tall_blocks() {
+  int dev = 0, major = 0;
+  const char* e = std::getenv("TANDEM_QGEMM_FRAG_TALL");
+  return qgemm_frag_serves(ggml_type::q6_k) && !(e && std::string(e) == "0") && cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major == 9;
+}
+
+TEST(qgemm, tall_blocks_match_cpu) {
+  REQUIRE_GPU();
+  const int64_t n_in = 2048, n_out = 4000;
+  ASSERT_GT(qgemm_splits(n_in, n_out), 1);
+  std::printf("Q6_K %lld x %lld, %d pieces: %d rows a block at 64 tokens, %d at 48\n", static_cast<long long>(n_out),
+              static_cast<long long>(n_in), qgemm_splits(n_in, n_out), qgemm_block_rows(ggml_type::q6_k, n_in, n_out, 64),
+              qgemm_block_rows(ggml_type::q6_k, n_in, n_out, 48));
+  if (expect_tall_blocks()) {
+    EXPECT_EQ(qgemm_block_rows(ggml_type::q6_k, n_in, n_out, 64), 256);
+  }
+  for (int n_tok : {50, 64}) check({ggml_type::q6_k, n_in, n_out, n_tok, n_tok == 50});
+}
+
+TEST(qgemm, tall_blocks_give_the_same_bits) {
+  REQUIRE_GPU();
+  const int64_t n_in = 2048, n_out = 4000;
+  const auto q = quantize_matrix(ggml_type::q6_k, randoms(size_t(n_in * n_out), 31), n_in, n_out);
+  const auto x = randoms(size_t(n_in) * 64, 32);
+  const auto all = run({ggml_type::q6_k, n_in, n_out, 64, false}, q, x, std::vector<float>(size_t(n_out) * 64));
+  for (int n_tok : {9, 41, 57}) {
+    const std::vector<float> few_x(x.begin(), x.begin() + n_in * n_tok);
+    const auto few = run({ggml_type::q6_k, n_in, n_out, n_tok, false}, q, few_x, std::vector<float>(size_t(n_out) * n_tok));
+    for (size_t i = 0; i < few.size(); ++i) ASSERT_EQ(few[i], all[i]) << n_tok << " tokens, output " << i;
+  }
+}
+
 TEST(qgemm, refuses_bad_sizes) {
   REQUIRE_GPU();
   dev<uint8_t> w(size_t(1) << 20);
@@ -156,7 +197,7 @@ TEST(big, qgemm_bandwidth) {
       if (sh.only != ggml_type::f32 && t != sh.only) continue;
       const hbm_matrix w(t, sh.n_in, sh.n_out);
       const size_t mat = w.bytes();
-      for (int n_tok : {9, 16, 32, 64}) {
+      for (int n_tok : {9, 16, 32, 48, 56, 64}) {
         dev<uint16_t> x16(size_t(sh.n_in) * n_tok, 0x20);
         dev<float> y(size_t(sh.n_out) * n_tok);
         dev<uint8_t> work(qgemm_work_bytes(sh.n_in, sh.n_out, n_tok));
