@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Occupancy guard for the decode kernels: compiles kernels/matvec.cu, layer_ops.cu, attention.cu, delta_net.cu,
-moe.cu, moe_gemm.cu, qgemm.cu and qgemm_frag.cu for sm_90 with ptxas's resource report and fails if any kernel now fits fewer blocks per SM than
+"""Occupancy guard for the decode kernels (and prefill attention's): compiles kernels/matvec.cu, layer_ops.cu,
+attention.cu, attention_deep.cu, delta_net.cu, moe.cu, moe_gemm.cu, qgemm.cu, qgemm_frag.cu and flash_attention_mma.cu
+for sm_90 with ptxas's resource report and fails if any kernel now fits fewer blocks per SM than
 tests/kernels/occupancy_budget.txt records. Decode speed follows the blocks in flight per SM,
 and a register count can jump with an innocent-looking change (a member added to the mat-vec's
 parameter struct once took Q4_K's decode kernel from 93 to 120 registers, five blocks per SM to
@@ -16,8 +17,9 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUDGET = os.path.join(ROOT, "tests", "kernels", "occupancy_budget.txt")
-SOURCES = ["kernels/matvec.cu", "kernels/layer_ops.cu", "kernels/attention.cu", "kernels/delta_net.cu",
-           "kernels/moe.cu", "kernels/moe_gemm.cu", "kernels/qgemm.cu", "kernels/qgemm_frag.cu"]
+SOURCES = ["kernels/matvec.cu", "kernels/layer_ops.cu", "kernels/attention.cu", "kernels/attention_deep.cu",
+           "kernels/delta_net.cu", "kernels/moe.cu", "kernels/moe_gemm.cu", "kernels/qgemm.cu", "kernels/qgemm_frag.cu",
+           "kernels/flash_attention_mma.cu"]
 REGS_PER_SM, MAX_BLOCKS, WARP_ALLOC = 65536, 32, 256  # sm_90
 
 
@@ -31,6 +33,7 @@ def blocks_per_sm(regs, threads):
 # Threads per block of each kernel family (the launchers' constants; the mat-vec's is the product
 # of its last two integer template arguments).
 THREADS = {"matvec_kernel": None, "rms_norm_wide_kernel": 256, "paged_attention_kernel": 128,
+           "paged_deep_kernel": 128, "flash_mma_kernel": 128,
            "qk_rope_store_kernel": 128, "dn_rule_kernel": 128, "dn_conv_kernel": 128,
            "moe_matvec_kernel": 128, "moe_gemm_kernel": 256, "moe_route_kernel": 128, "qgemm_kernel": 256,
            "qgemm_grouped_kernel": 256, "qgemm_frag_kernel": None,
@@ -43,8 +46,8 @@ def threads_of(key):
     if family == "matvec_kernel":  # <Q, NT, R, TB, Pairs, warps per block>: TB * warps
         nums = re.findall(r"Li(\d+)E", key)
         return int(nums[-2]) * int(nums[-1])
-    if family == "qgemm_frag_kernel":  # <decoder, NT8>: 8 warps from 4 token tiles (kernels/qgemm_frag.cu)
-        return 256 if int(re.findall(r"Li(\d+)E", key)[-1]) >= 4 else 128
+    if family == "qgemm_frag_kernel":  # <decoder, W, NT8>: W warps (kernels/qgemm_frag.cu)
+        return 32 * int(re.findall(r"Li(\d+)E", key)[-2])
     return THREADS[family]
 
 

@@ -39,7 +39,7 @@ if has test; then
     [[ -n $bin ]] || { echo "$k: not built"; continue; }
     echo "# $k"
     "$bin" >"${OUT:-/tmp}/$k.log" 2>&1
-    grep -E "^\[  (PASSED|FAILED) |Failure|error" "${OUT:-/tmp}/$k.log" | head -12
+    grep -E "^\[  (PASSED|FAILED) |Failure|CUDA error|Segmentation" "${OUT:-/tmp}/$k.log" | head -12
   done
   echo "tests done at $SECONDS s"
 fi
