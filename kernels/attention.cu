@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(32 * k_warps)
 #pragma unroll
     for (int u = 0; u < KK; ++u) load_kv<DPL, T>(a.v_cache, row[u], lane, vr[u]);
     if (j0 + k_warps * KK < end) rows_of(j0 + k_warps * KK, row);
-    attend_run<DPL, GM, KK, false>(q, kr, vr, end - j0, lane, m, l, acc);
+    attend_run<DPL, GM, KK>(q, kr, vr, end - j0, lane, m, l, acc);
   }
   finish_group<DPL, GM>(a, hg, used, n_split, pos, chunk, part, m, l, acc);
 }

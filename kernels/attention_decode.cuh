@@ -206,25 +206,10 @@ __device__ __forceinline__ void scatter_step(float (&x)[V], int lane, int off) {
 // Sums V values over a warp's lanes in 2V - 1 + log2(32 / V) shuffles (V a power of two <= 32):
 // each step hands half of the remaining values to the lane `off` away and keeps the other half,
 // so lane L ends with the sum of value L / (32 / V). x is clobbered.
-// Staged = false keeps the loop over N for paged_attention_kernel: its registers (and blocks per
-// SM, tests/kernels/occupancy_budget.txt) were tuned with x in local memory, which L1 holds there.
-template <int V, bool Staged>
+template <int V>
 __device__ __forceinline__ float reduce_scatter(float (&x)[V], int lane) {
   static_assert(V >= 1 && V <= 32 && (V & (V - 1)) == 0, "a power of two of at most 32 values");
-  if constexpr (Staged) {
-    scatter_step<V>(x, lane, 16);
-  } else {
-    int off = 16;
-#pragma unroll
-    for (int n = V; n > 1; n >>= 1, off >>= 1) {
-      const bool hi = lane & off;
-#pragma unroll
-      for (int i = 0; i < n / 2; ++i) {
-        const float keep = hi ? x[n / 2 + i] : x[i], send = hi ? x[i] : x[n / 2 + i];
-        x[i] = keep + __shfl_xor_sync(0xffffffffu, send, off);
-      }
-    }
-  }
+  scatter_step<V>(x, lane, 16);
   float r = x[0];
 #pragma unroll
   for (int off = 16 / V; off > 0; off >>= 1) r += __shfl_xor_sync(0xffffffffu, r, off);
@@ -392,7 +377,7 @@ __device__ __forceinline__ void finish_group(const paged_attention_args& a, cons
 // + u, are summed over the lanes by a reduce-scatter: lane L then holds the score of value L /
 // LPV, so each lane takes one exp where it took V, and the sums take 2V - 1 + log2 LPV shuffles
 // where they took 5V, plus V to hand the weights back.
-template <int DPL, int GM, int KK, bool Staged>
+template <int DPL, int GM, int KK>
 __device__ __forceinline__ void attend_run(const float (&q)[GM][DPL], const float (&kr)[KK][DPL],
                                            const float (&vr)[KK][DPL], int n_live, int lane, float (&m)[GM],
                                            float (&l)[GM], float (&acc)[GM][DPL]) {
@@ -409,7 +394,7 @@ __device__ __forceinline__ void attend_run(const float (&q)[GM][DPL], const floa
     }
   const int vi = lane / LPV, ug = vi % KK, gl = vi / KK;  // this lane's value, its key and head
   const bool live = ug < n_live;
-  const float sum = reduce_scatter<V, Staged>(sv, lane);  // every lane: the shuffles take the whole warp
+  const float sum = reduce_scatter<V>(sv, lane);  // every lane: the shuffles take the whole warp
   const float sc = live ? sum : -INFINITY;
   float mx = sc;  // the run's max for head gl: over the lanes of its KK keys
 #pragma unroll

@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(32 * k_warps)
         load_kv<DPL, T>(kp, 0, lane, kr[u]);
         load_kv<DPL, T>(vp, 0, lane, vr[u]);
       }
-      attend_run<DPL, GM, KK, true>(q, kr, vr, end - j0 - u0, lane, m, l, acc);
+      attend_run<DPL, GM, KK>(q, kr, vr, end - j0 - u0, lane, m, l, acc);
     }
     __syncthreads();
   }
