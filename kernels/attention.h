@@ -68,8 +68,9 @@ struct paged_attention_args {
   // forces it (tests).
   int grouped = -1;
   // Staged blocks (sm_80+): as grouped, with all query heads of a KV head a block and its K/V
-  // tiles streamed through shared memory by cp.async, several in flight. -1: the launcher's
-  // choice (deep caches, as grouped); 0 or 1 forces it (tests; 1 falls back below sm_80).
+  // tiles streamed through shared memory by cp.async, several in flight. 1 takes them (falling
+  // back below sm_80); -1 (TANDEM_ATTN_DEEP=1 takes them) and 0 do not: slower than the grouped
+  // blocks where measured, kept to measure and develop.
   int deep = -1;
 };
 
