@@ -246,8 +246,9 @@ TEST(flash_attention, rejects_bad_arguments) {
   // 128-row mma.sync blocks stop at head size 128; below sm_80 there are no mma.sync blocks.
   EXPECT_EQ(with([](flash_attention_args& b) { b.head_dim = 256, b.kernel = flash_kernel::mma128; }),
             cudaErrorInvalidValue);
-  if (kernel_arch() < 80)
+  if (kernel_arch() < 80) {
     EXPECT_EQ(with([](flash_attention_args& b) { b.kernel = flash_kernel::mma64; }), cudaErrorInvalidValue);
+  }
   cudaGetLastError();
 }
 
