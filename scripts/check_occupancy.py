@@ -2,7 +2,9 @@
 """Occupancy guard for the decode kernels (and prefill attention's): compiles kernels/matvec.cu, layer_ops.cu,
 attention.cu, attention_deep.cu, delta_net.cu, moe.cu, moe_gemm.cu, qgemm.cu, qgemm_frag.cu and flash_attention_mma.cu
 for sm_90 with ptxas's resource report and fails if any kernel now fits fewer blocks per SM than
-tests/kernels/occupancy_budget.txt records. Decode speed follows the blocks in flight per SM,
+tests/kernels/occupancy_budget.txt records, or keeps more of its locals in a stack frame (local memory: a
+register array indexed by a loop variable lands there, and the grouped decode kernel lost ~25% of its
+speed that way once while its register count looked unchanged). Decode speed follows the blocks in flight per SM,
 and a register count can jump with an innocent-looking change (a member added to the mat-vec's
 parameter struct once took Q4_K's decode kernel from 93 to 120 registers, five blocks per SM to
 four, and 32B decode from 110 to 92 t/s) that no functional test sees.
@@ -61,19 +63,22 @@ def compile_report(nvcc, src):
 
 
 def kernels(report):
-    """{kernel key: registers} for the kernel families in THREADS."""
-    found, name = {}, None
+    """{kernel key: (registers, stack frame bytes)} for the kernel families in THREADS."""
+    found, name, stack = {}, None, 0
     for line in report.splitlines():
         names = "|".join(THREADS)
         # A template kernel (void, so its arguments end in "EEv"), or a plain one.
         m = re.search(r"Compiling entry function '\S*?\d(%s)I(.*?)EEv" % names, line) or \
             re.search(r"Compiling entry function '\S*?\d(%s)E()" % names, line)
         if m:
-            name = m.group(1) + "<" + m.group(2) + ">"
+            name, stack = m.group(1) + "<" + m.group(2) + ">", 0
             continue
+        m = re.search(r"(\d+) bytes stack frame", line)
+        if m and name:
+            stack = int(m.group(1))
         m = re.search(r"Used (\d+) registers", line)
         if m and name:
-            found[name] = int(m.group(1))
+            found[name] = (int(m.group(1)), stack)
             name = None
     return found
 
@@ -88,27 +93,29 @@ def main():
         regs.update(kernels(compile_report(a.nvcc, src)))
     if not regs:
         sys.exit("check_occupancy: no kernels found in the ptxas report")
-    now = {k: (blocks_per_sm(r, threads_of(k)), r) for k, r in regs.items()}
+    now = {k: (blocks_per_sm(r, threads_of(k)), r, st) for k, (r, st) in regs.items()}
     if a.update:
         with open(BUDGET, "w") as f:
-            f.write("# Blocks per SM (sm_90, by registers) and registers of each decode kernel, from\n"
-                    "# scripts/check_occupancy.py --update. CI fails when a kernel fits fewer blocks.\n")
+            f.write("# Blocks per SM (sm_90, by registers), registers and stack frame bytes of each kernel, from\n"
+                    "# scripts/check_occupancy.py --update. CI fails when a kernel fits fewer blocks or its stack grows.\n")
             for k in sorted(now):
-                f.write("%s %d %d\n" % (k, now[k][0], now[k][1]))
+                f.write("%s %d %d %d\n" % (k, now[k][0], now[k][1], now[k][2]))
         print("check_occupancy: wrote %d kernels to %s" % (len(now), os.path.relpath(BUDGET, ROOT)))
         return 0
     budget = {}
     for line in open(BUDGET):
         if line.strip() and not line.startswith("#"):
-            k, blocks, r = line.split()
-            budget[k] = (int(blocks), int(r))
+            k, blocks, r, st = line.split()
+            budget[k] = (int(blocks), int(r), int(st))
     bad = []
-    for k, (blocks, r) in sorted(budget.items()):
+    for k, (blocks, r, st) in sorted(budget.items()):
         if k not in now:
             bad.append("%s: in the budget but not compiled any more (run --update if it was removed)" % k)
         elif now[k][0] < blocks:
             bad.append("%s: %d blocks per SM (%d registers), budget %d (%d registers)" % (k, now[k][0], now[k][1],
                                                                                          blocks, r))
+        elif now[k][2] > st:
+            bad.append("%s: %d bytes of stack frame (local memory), budget %d" % (k, now[k][2], st))
     better = [k for k in now if k in budget and now[k][0] > budget[k][0]]
     new = [k for k in now if k not in budget]
     for k in better:
