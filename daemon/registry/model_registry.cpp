@@ -3,6 +3,10 @@
 
 #include <utility>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 namespace tandem::daemon {
 
 using proto::error_code;
@@ -292,6 +296,19 @@ void model_registry::sweep(model_worker::clock::time_point now) {
   reap_retired();
 }
 
+namespace {
+
+// Hands the allocator's free memory back to the system after an instance is gone: a swapped-out
+// model's buffers below the allocator's mapping threshold stay in its arenas otherwise, and a
+// daemon that swaps for weeks would hold its high-water mark for good.
+void return_free_heap() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
+}  // namespace
+
 void model_registry::reap_retired() {
   std::vector<std::shared_ptr<model_worker>> done;
   {
@@ -305,7 +322,10 @@ void model_registry::reap_retired() {
       }
     }
   }
+  if (done.empty()) return;
   for (auto& d : done) d->join();  // closed and empty: the worker is exiting
+  done.clear();  // the last references: the instances' memory is freed here
+  return_free_heap();
 }
 
 void model_registry::close_all() {
