@@ -207,18 +207,11 @@ __global__ void __launch_bounds__(32 * k_warps)
   constexpr int KK = GM * DPL > 16 ? 2 : k_keys;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const head_group hg = group_of<GM>(a, blockIdx.x);
-  const int t = hg.t, kvh = hg.kvh;
-  const int pos = a.tok_pos[t];
-  if (pos < 0) return;
-  const int n_kv = pos + 1;
-  // Splits past this token's keys have nothing to do and are not counted: the grid's splits are
-  // sized for the step's bucket of keys (graph reuse), and a short context then merges only the
-  // splits it uses, or none (one split writes its output directly).
-  const int used = min(n_split, (n_kv + chunk - 1) / chunk);
-  if (static_cast<int>(blockIdx.y) >= used) return;
-  const int begin = blockIdx.y * chunk;
-  const int end = min(begin + chunk, n_kv);
-  const int32_t* table = a.block_tables + static_cast<int64_t>(a.tok_table[t]) * a.max_blocks;
+  const int kvh = hg.kvh;
+  split_keys sk;
+  if (!split_of(a, hg, n_split, chunk, sk)) return;
+  const int begin = sk.begin, end = sk.end;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(a.tok_table[hg.t]) * a.max_blocks;
 
   // Launched as a programmatic dependent of the q/k RoPE + store kernel: the batch's tables and
   // positions above came with the step's upload, before any kernel of it; q and the new key
@@ -248,7 +241,7 @@ __global__ void __launch_bounds__(32 * k_warps)
     if (j0 + k_warps * KK < end) rows_of(j0 + k_warps * KK, row);
     attend_run<DPL, GM, KK>(q, kr, vr, end - j0, lane, m, l, acc);
   }
-  finish_group<DPL, GM>(a, hg, used, n_split, pos, chunk, part, m, l, acc);
+  finish_group<DPL, GM>(a, hg, sk.used, n_split, sk.pos, chunk, part, m, l, acc);
 }
 
 template <int DPL, class T>

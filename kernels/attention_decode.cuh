@@ -228,6 +228,26 @@ __device__ __forceinline__ head_group group_of(const paged_attention_args& a, in
   return {bx / per_tok, kvh, kvh * G + sub * hs, min(hs, G - sub * hs)};
 }
 
+// The keys of a decode block's split: token hg.t's position, the splits its keys use, and split
+// blockIdx.y's keys [begin, end); false when the token has no keys here (a slot with no query, or
+// a split past them). Splits past the token's keys are not counted: the grid's splits are sized
+// for the step's bucket of keys (graph reuse), and a short context then merges only the splits
+// it uses, or none (one split writes its output directly).
+struct split_keys {
+  int pos, used, begin, end;
+};
+__device__ __forceinline__ bool split_of(const paged_attention_args& a, const head_group& hg, int n_split, int chunk,
+                                         split_keys& k) {
+  k.pos = a.tok_pos[hg.t];
+  if (k.pos < 0) return false;
+  const int n_kv = k.pos + 1;
+  k.used = min(n_split, (n_kv + chunk - 1) / chunk);
+  if (static_cast<int>(blockIdx.y) >= k.used) return false;
+  k.begin = blockIdx.y * chunk;
+  k.end = min(k.begin + chunk, n_kv);
+  return true;
+}
+
 // The group's scaled queries (lane's DPL dims of each head; heads past hg.g are zeros) and the
 // online softmax's empty state.
 template <int DPL, int GM>

@@ -112,15 +112,11 @@ __global__ void __launch_bounds__(32 * k_warps)
   int* s_offs = reinterpret_cast<int*>(s_tiles + S * P::STAGE);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const head_group hg = group_of<GM>(a, blockIdx.x);
-  const int t = hg.t, kvh = hg.kvh;
-  const int pos = a.tok_pos[t];
-  if (pos < 0) return;
-  const int n_kv = pos + 1;
-  const int used = min(n_split, (n_kv + chunk - 1) / chunk);  // as paged_attention_kernel
-  if (static_cast<int>(blockIdx.y) >= used) return;
-  const int begin = blockIdx.y * chunk;
-  const int end = min(begin + chunk, n_kv);
-  const int32_t* table = a.block_tables + static_cast<int64_t>(a.tok_table[t]) * a.max_blocks;
+  const int kvh = hg.kvh;
+  split_keys sk;
+  if (!split_of(a, hg, n_split, chunk, sk)) return;
+  const int begin = sk.begin, end = sk.end;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(a.tok_table[hg.t]) * a.max_blocks;
   const int n_tiles = (end - begin + TK - 1) / TK;
 
   pdl_wait();  // q and the newest key come from the previous kernel
@@ -164,7 +160,7 @@ __global__ void __launch_bounds__(32 * k_warps)
     }
     __syncthreads();
   }
-  finish_group<DPL, GM>(a, hg, used, n_split, pos, chunk, part, m, l, acc);
+  finish_group<DPL, GM>(a, hg, sk.used, n_split, sk.pos, chunk, part, m, l, acc);
 }
 
 template <int DPL, class T, int GM>

@@ -7,9 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -106,15 +107,22 @@ TEST(qgemm, matches_cpu_for_token_counts_and_pieces) {
   check({ggml_type::q5_0, 2432, 70, 24, false});
 }
 
+// Each of the first n tokens of a 64-token product gets the same bits when the launch has only
+// those n tokens (other block shapes and token tiles, the same products in the same order).
+void expect_same_bits_as_64(ggml_type t, int64_t n_in, int64_t n_out, uint32_t seed, std::initializer_list<int> ns) {
+  const auto q = quantize_matrix(t, randoms(size_t(n_in * n_out), seed), n_in, n_out);
+  const auto x = randoms(size_t(n_in) * 64, seed + 1);
+  const auto all = run({t, n_in, n_out, 64, false}, q, x, std::vector<float>(size_t(n_out) * 64));
+  for (int n_tok : ns) {
+    const std::vector<float> few_x(x.begin(), x.begin() + n_in * n_tok);
+    const auto few = run({t, n_in, n_out, n_tok, false}, q, few_x, std::vector<float>(size_t(n_out) * n_tok));
+    for (size_t i = 0; i < few.size(); ++i) ASSERT_EQ(few[i], all[i]) << n_tok << " tokens, output " << i;  // bitwise
+  }
+}
+
 TEST(qgemm, a_tokens_result_does_not_depend_on_the_batch) {
   REQUIRE_GPU();
-  const int64_t n_in = 2048, n_out = 192;
-  const auto q = quantize_matrix(ggml_type::q4_k, randoms(size_t(n_in * n_out), 21), n_in, n_out);
-  const auto x = randoms(size_t(n_in) * 64, 22);
-  const auto all = run({ggml_type::q4_k, n_in, n_out, 64, false}, q, x, std::vector<float>(size_t(n_out) * 64));
-  const std::vector<float> few_x(x.begin(), x.begin() + n_in * 9);
-  const auto few = run({ggml_type::q4_k, n_in, n_out, 9, false}, q, few_x, std::vector<float>(size_t(n_out) * 9));
-  for (size_t i = 0; i < few.size(); ++i) ASSERT_EQ(few[i], all[i]) << "output " << i;  // bitwise
+  expect_same_bits_as_64(ggml_type::q4_k, 2048, 192, 21, {9});
 }
 
 // Q6_K at 49-64 tokens on a matrix whose grid of 256-row blocks fills the GPU: the 16-warp blocks
@@ -144,15 +152,7 @@ TEST(qgemm, tall_blocks_match_cpu) {
 
 TEST(qgemm, tall_blocks_give_the_same_bits) {
   REQUIRE_GPU();
-  const int64_t n_in = 2048, n_out = 4000;
-  const auto q = quantize_matrix(ggml_type::q6_k, randoms(size_t(n_in * n_out), 31), n_in, n_out);
-  const auto x = randoms(size_t(n_in) * 64, 32);
-  const auto all = run({ggml_type::q6_k, n_in, n_out, 64, false}, q, x, std::vector<float>(size_t(n_out) * 64));
-  for (int n_tok : {9, 41, 57}) {
-    const std::vector<float> few_x(x.begin(), x.begin() + n_in * n_tok);
-    const auto few = run({ggml_type::q6_k, n_in, n_out, n_tok, false}, q, few_x, std::vector<float>(size_t(n_out) * n_tok));
-    for (size_t i = 0; i < few.size(); ++i) ASSERT_EQ(few[i], all[i]) << n_tok << " tokens, output " << i;
-  }
+  expect_same_bits_as_64(ggml_type::q6_k, 2048, 4000, 31, {9, 41, 57});
 }
 
 TEST(qgemm, refuses_bad_sizes) {
