@@ -1,8 +1,8 @@
 // Attention kernels over the paged KV cache (f16, f32 or Q8_0 rows). Decode: one thread block per
 // (token, head, split), each warp walking keys in runs of four with an online softmax, lanes
 // holding head_dim/32 dims; the last split of a head to finish merges the partials (one launch).
-// Q8_0 rows are quantized on the GPU exactly as the CPU's quantize_kv_row. Deep caches on sm_80+
-// take kernels/attention_deep.cu instead; both share kernels/attention_decode.cuh.
+// Q8_0 rows are quantized on the GPU exactly as the CPU's quantize_kv_row. Deep f16 caches may
+// take the tensor-core kernel of kernels/attention_deep.cu; both share kernels/attention_decode.cuh.
 #include "kernels/attention.h"
 
 #include <cuda_fp16.h>
@@ -355,17 +355,21 @@ bool decode_grouped(const paged_attention_args& a) {
   return mode == 1 || a.max_kv > k_short_splits * deep_split_keys();
 }
 
-// Whether a launch takes the staged kernel (kernels/attention_deep.cu, sm_80+): only when asked
-// (TANDEM_ATTN_DEEP=1 or args.deep = 1), to measure. The grouped kernel with its scores in
-// registers beat it on an H200 (Qwen3-8B Q4_K_M f16 tg128 at depth 16384: 287.0 against 266.8
-// t/s, one run each in one lease), so the launcher's own choice stays the grouped kernel.
+// Whether a launch takes the tensor-core kernel (kernels/attention_deep.cu: f16 caches, sm_80+):
+// on deep caches (as grouped blocks) where programmatic dependent launch is off (sm_80-sm_89, or
+// TANDEM_CUDA_PDL=0). Measured on an H200, Qwen3-8B Q4_K_M f16 tg128 at depth 16384: its launch
+// takes 36.0 us against the grouped kernel's 41.5 (ncu), and without PDL the step gains as much
+// (284.1 against 270.8 t/s); with PDL the grouped kernel's step overlaps its neighbours and the
+// tensor-core one's does not (288.4 against 285.2), so sm_90 keeps the grouped kernel.
+// TANDEM_ATTN_DEEP=1 or args.deep = 1 always takes it where supported, =0 never.
 bool decode_deep(const paged_attention_args& a) {
   static const int env = [] {
     const char* e = std::getenv("TANDEM_ATTN_DEEP");
     return e && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : -1;
   }();
   const int mode = a.deep >= 0 ? a.deep : env;
-  return mode == 1 && paged_deep_supported(a) && kernel_arch() >= 80;
+  if (mode == 0 || !paged_deep_supported(a) || kernel_arch() < 80) return false;
+  return mode == 1 || (!pdl_supported() && a.max_kv > k_short_splits * deep_split_keys());
 }
 
 }  // namespace

@@ -67,10 +67,10 @@ struct paged_attention_args {
   // it loads serves them all. -1: the launcher's choice (deep caches, past 8192 keys); 0 or 1
   // forces it (tests).
   int grouped = -1;
-  // Staged blocks (sm_80+): as grouped, with all query heads of a KV head a block and its K/V
-  // tiles streamed through shared memory by cp.async, several in flight. 1 takes them (falling
-  // back below sm_80); -1 (TANDEM_ATTN_DEEP=1 takes them) and 0 do not: slower than the grouped
-  // blocks where measured, kept to measure and develop.
+  // Tensor-core blocks (sm_80+, f16 caches; kernels/attention_deep.cu): all query heads of a KV
+  // head (up to 16) a block as the rows of one mma tile, K/V tiles streamed through shared memory.
+  // -1: the launcher's choice (deep caches where programmatic dependent launch is off; on sm_90
+  // the grouped blocks overlap their neighbours and win); 1 takes them where supported, 0 never.
   int deep = -1;
 };
 

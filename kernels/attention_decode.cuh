@@ -1,5 +1,5 @@
 // Device pieces shared by the split-K decode attention kernels (kernels/attention.cu: loads from
-// the paged cache; kernels/attention_deep.cu: tiles staged in shared memory): row loads, the run
+// the paged cache; kernels/attention_deep.cu: tensor-core blocks on staged tiles): row loads, the run
 // update of the online softmax, and the end of a block (per-split partials, the last split's merge).
 #pragma once
 

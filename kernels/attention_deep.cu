@@ -1,172 +1,258 @@
-// Decode attention on deep caches: a block per (token, KV head, split) takes the query heads of
-// its KV head and streams its keys' K/V rows into shared memory with cp.async, several tiles in
-// flight, so the memory system stays busy while the warps compute on the tile that has arrived.
+// Decode attention on deep f16 caches with tensor cores (sm_80+): a block per (token, KV head,
+// split) puts the token's query heads of that KV head into the rows of one 16-row mma tile, and
+// streams the split's K/V rows into shared memory by cp.async while its warps work on the tile
+// before. Scores and the weighted sum of V take mma.sync; the CUDA-core kernels spent their time
+// on shuffles and FMAs a key, not on memory (kernels/attention.cu).
+#include <cuda_fp16.h>
+
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/arch.h"
 #include "kernels/attention_decode.cuh"
 #include "kernels/cp_async.cuh"
+#include "kernels/flash_attention_tiles.cuh"
+#include "kernels/mma_sync.cuh"
 #include "kernels/pdl.cuh"
 
 namespace tandem {
 namespace {
 
-// One 16-byte granule from global to shared memory: asynchronous on sm_80+, through registers
-// below (cp_async16 compiles to nothing there), so the kernel is correct on every target; the
-// launcher only picks it where the copies are asynchronous.
-__device__ __forceinline__ void stage16(void* dst, const void* src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  cp_async16(dst, src, 16);
-#else
-  *static_cast<uint4*>(dst) = *static_cast<const uint4*>(src);
-#endif
-}
-
-// The shape of a block's staging: TK keys a tile, S tiles in flight, each K and V row in a slot of
-// SB bytes. Q8_0 rows (34 bytes a block of 32) start anywhere on a 2-byte boundary, so their slot
-// holds the 16-byte granules that cover the row, and the row's offset in the first one is kept.
-template <int DPL, class T, int GM>
+// Tiles of 32 keys, 8 a warp; rows padded by 16 bytes so ldmatrix's eight row addresses hit
+// different banks; two stages (four blocks an SM then hold ~140 KiB of copies in flight, several
+// times what keeps an H200's HBM busy).
+template <int D>
 struct deep_shape {
-  static constexpr bool q8 = std::is_same_v<T, q8_row>;
-  static constexpr int RB = q8 ? DPL * 34 : 32 * DPL * static_cast<int>(sizeof(T));  // row bytes
-  static constexpr bool aligned = RB % 16 == 0 && !q8;
-  static constexpr int SB = aligned ? RB : (RB + 15) / 16 * 16 + 16;
-  static constexpr int CH = SB / 16;
-  // Keys a warp takes at once: fewer when GM heads' queries and sums already take the registers.
-  static constexpr int KK = GM * DPL > 16 ? 2 : k_keys;
-  // About 4 KiB of K a tile (a power of two of keys, at least a run for every warp, at most 64):
-  // f16 at head_dim 128 takes 16 keys a tile, 42 KiB a block with the merge's buffers, so the
-  // block's 128 registers, not shared memory, bound it to 4 blocks an SM (12 tiles in flight).
-  static constexpr int tk_for(int keys) { return keys >= 64 ? 64 : keys >= 32 ? 32 : keys >= 16 ? 16 : 8; }
-  static constexpr int TK = tk_for(4096 / SB) < k_warps * KK ? k_warps * KK : tk_for(4096 / SB);
-  static constexpr int STAGE = 2 * TK * SB;
-  // Stages: up to four, as many as keep a block within 96 KiB with the merge's static buffers
-  // (bounded above by finish_group's), so that it fits the 99 KiB of sm_86/sm_89 (f32 rows at
-  // head_dim 256 take two or three).
-  static constexpr int STATIC_MAX = (k_warps * GM * 32 * DPL + GM * k_max_split) * 4 + 1024;
-  static constexpr int bytes_for(int s) { return s * STAGE + (aligned ? 0 : s * 2 * TK * 4); }
-  static constexpr int S = bytes_for(4) + STATIC_MAX <= 96 * 1024 ? 4 : bytes_for(3) + STATIC_MAX <= 96 * 1024 ? 3 : 2;
-  static constexpr int SMEM = bytes_for(S);  // the stages, then (Q8_0) their rows' int offsets
-  static_assert(SMEM + STATIC_MAX <= 96 * 1024, "a block fits the smallest opt-in shared memory of sm_80+");
+  static constexpr int TK = 32, WK = TK / k_warps, LDH = D + 8, S = 2;
+  static constexpr int TILE = TK * LDH;           // halves of one K or V tile
+  static constexpr int STAGE = 2 * TILE;          // K, then V
+  static constexpr int Q_OFF = S * STAGE;         // halves: q's hi rows, then its lo rows
+  static constexpr int SMEM = (Q_OFF + 2 * 16 * LDH) * 2;  // bytes
+  static constexpr int CH = D / 8;                // 16-byte chunks a row
+  static constexpr int IT = 2 * TK * CH / (32 * k_warps);  // chunks a thread copies a tile (K and V)
+  static_assert(TK * CH % (32 * k_warps) == 0, "a tile's chunks split evenly over the threads");
 };
 
-// The granules a thread copies for one tile: IT of them, granule idx = threadIdx.x + it * 128 of
-// the tile (K slots, then V slots; consecutive threads take consecutive granules of a row), each
-// the start of its key's row in the cache, or null past the split's end.
-template <class P>
-struct tile_rows {
-  static constexpr int IT = (2 * P::TK * P::CH + 32 * k_warps - 1) / (32 * k_warps);
-  const uint8_t* src[IT];
-};
-
-// Looks up the rows of keys [j0, min(j0 + TK, end)) in the block table: IT independent loads in
-// one unrolled batch, a tile ahead of their copies. (Qwen3-8B Q4_K_M tg128 at depth 16384, f16,
-// H200: a loop with each lookup feeding its copy, 257.7 t/s; this, 266.4, on another lease; the
-// batch made just before its copies, 267.5 on that lease: the lookahead itself gains nothing
-// measurable.)
-template <class P>
-__device__ __forceinline__ void gather_rows(const paged_attention_args& a, const int32_t* table, int kvh, int j0,
-                                            int end, tile_rows<P>& t) {
-#pragma unroll
-  for (int it = 0; it < tile_rows<P>::IT; ++it) {
-    const int idx = threadIdx.x + it * 32 * k_warps;
-    const int side = idx / (P::TK * P::CH), j = j0 + idx / P::CH % P::TK;
-    t.src[it] = nullptr;
-    if (idx >= 2 * P::TK * P::CH || j >= end) continue;
-    const int64_t row = (static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size) *
-                            a.n_head_kv + kvh;
-    t.src[it] = static_cast<const uint8_t*>(side ? a.v_cache : a.k_cache) + row * P::RB;
-  }
+// A value as the sum of two fp16 values (hi + lo, about 22 significant bits): the products
+// below take both, so q and p lose little more than fp32 arithmetic would to the tensor cores'
+// fp16 operands (K and V are fp16 in the cache already). The kernel is bound by its K/V bytes, so
+// the doubled products cost nothing measurable. Values are scaled first so that lo stays clear
+// of fp16's subnormals (below 2^-14 it keeps fewer bits).
+__device__ __forceinline__ void split_half2(float a, float b, uint32_t& hi, uint32_t& lo) {
+  const __half2 h = __floats2half2_rn(a, b);
+  const float2 f = __half22float2(h);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = flash::pack_half2(a - f.x, b - f.y);
 }
 
-// Issues the tile's copies into one stage and commits them as this thread's group.
-template <class P>
-__device__ __forceinline__ void stage_tile(const tile_rows<P>& t, uint8_t* stage, int* offs) {
+// P's scale in the products (O comes out 2^12 times too large, and is scaled back at the end):
+// p <= 1, so p · 2^12 stays below fp16's 65504 and its lo half is normal down to p ~ 2^-15.
+constexpr float k_p_scale = 4096.f, k_p_unscale = 1.f / 4096.f;
+
+// Keys [j0, j0 + TK) of the split (past `end`: zeros) into one stage, K then V, by cp.async; a
+// key's K and V chunks share its table lookup.
+template <int D>
+__device__ __forceinline__ void stage_tile(const paged_attention_args& a, const int32_t* table, int kvh, int j0,
+                                           int end, uint16_t* stage) {
+  using P = deep_shape<D>;
 #pragma unroll
-  for (int it = 0; it < tile_rows<P>::IT; ++it) {
-    const uint8_t* src = t.src[it];
-    if (!src) continue;
-    const int idx = threadIdx.x + it * 32 * k_warps, sr = idx / P::CH, c = idx % P::CH;  // sr: side * TK + r
-    uint8_t* dst = stage + sr * P::SB;
-    if constexpr (P::aligned) {
-      stage16(dst + c * 16, src + c * 16);
-    } else {
-      const int off = static_cast<int>(reinterpret_cast<uintptr_t>(src) & 15);
-      if (c == 0) offs[sr] = off;
-      if (c * 16 < off + P::RB) stage16(dst + c * 16, src - off + c * 16);
-    }
+  for (int it = 0; it < P::IT / 2; ++it) {
+    const int c = threadIdx.x + it * 32 * k_warps, r = c / P::CH, col = c % P::CH * 8, j = j0 + r;
+    const int jj = min(j, end - 1);  // a valid address; nothing is read past the end
+    const int64_t off =
+        ((static_cast<int64_t>(table[jj / a.block_size]) * a.block_size + jj % a.block_size) * a.n_head_kv + kvh) * D +
+        col;
+    uint16_t* dst = stage + r * P::LDH + col;
+    cp_async16(dst, static_cast<const uint16_t*>(a.k_cache) + off, j < end ? 16 : 0);
+    cp_async16(dst + P::TILE, static_cast<const uint16_t*>(a.v_cache) + off, j < end ? 16 : 0);
   }
   cp_async_commit();
 }
 
-// Grid (n_tok * n_head_kv * n_sub, n_split), k_warps warps, P::SMEM bytes of dynamic shared
-// memory; splits, partials and the merge as paged_attention_kernel (kernels/attention.cu). Each
-// warp takes runs of KK keys of the tile that has arrived, as that kernel does from global memory.
-template <int DPL, class T, int GM>
-__global__ void __launch_bounds__(32 * k_warps)
+// The group's query rows into shared memory as fp16 hi and lo rows (16 each, LDH apart): row r =
+// head h0 + r (r < hg.g; the other rows are zeros), in log2 units times 2^e, e chosen from the
+// rows' largest value so that it lands near 2^14: fp16 neither overflows nor loses lo's bits.
+// Returns 2^-e, which scores are multiplied by. s_max: one shared word.
+template <int D>
+__device__ __forceinline__ float stage_q(const paged_attention_args& a, const head_group& hg, uint16_t* qs,
+                                         unsigned* s_max) {
+  using P = deep_shape<D>;
+  constexpr int per = 16 * D / 2 / (32 * k_warps);  // float pairs a thread
+  static_assert(16 * D / 2 % (32 * k_warps) == 0, "q's pairs split evenly over the threads");
+  const float s = a.scale * 1.4426950408889634f;
+  float2 v[per];
+  float mx = 0.f;
+#pragma unroll
+  for (int k = 0; k < per; ++k) {
+    const int i = threadIdx.x + k * 32 * k_warps, r = i / (D / 2), col = i % (D / 2) * 2;
+    v[k] = make_float2(0.f, 0.f);
+    if (r < hg.g)
+      v[k] = *reinterpret_cast<const float2*>(a.q + (static_cast<int64_t>(hg.t) * a.n_head + hg.h0 + r) * D + col);
+    mx = fmaxf(mx, fmaxf(fabsf(v[k].x), fabsf(v[k].y)) * s);
+  }
+  if (threadIdx.x == 0) *s_max = 0u;
+  __syncthreads();
+  atomicMax(s_max, __float_as_uint(mx));  // non-negative floats order as their bits
+  __syncthreads();
+  const float top = __uint_as_float(*s_max);
+  int e = 0;
+  if (top > 0.f && top < INFINITY) frexpf(top, &e);  // top < 2^e
+  e = max(-100, min(100, 14 - e));
+  const float up = ldexpf(1.f, e);
+#pragma unroll
+  for (int k = 0; k < per; ++k) {
+    const int i = threadIdx.x + k * 32 * k_warps, r = i / (D / 2), col = i % (D / 2) * 2;
+    uint32_t hi, lo;
+    split_half2(v[k].x * s * up, v[k].y * s * up, hi, lo);
+    *reinterpret_cast<uint32_t*>(qs + r * P::LDH + col) = hi;
+    *reinterpret_cast<uint32_t*>(qs + (16 + r) * P::LDH + col) = lo;
+  }
+  return ldexpf(1.f, -e);
+}
+
+// One warp's 8 keys of a staged tile: S = Q Kᵀ, the online softmax (log2 units) with keys from
+// n_live on masked, O += P V. m, l: rows g and g + 8; l is this lane's part of the row sum.
+template <int D>
+__device__ __forceinline__ void attend_tile(const uint16_t* qs, float q_unscale, const uint16_t* ks,
+                                            const uint16_t* vs, int n_live, float (&o)[D / 8][4], float (&m)[2],
+                                            float (&l)[2]) {
+  constexpr int LDH = deep_shape<D>::LDH;
+  const int lane = threadIdx.x % 32, t = lane % 4;
+  float s[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int k2 = 0; k2 < D / 32; ++k2) {
+    // Kᵀ's B fragments are K's rows as they lie: x4 gives dims k2*32 + 0-7, 8-15, 16-23, 24-31.
+    uint32_t b[4];
+    ldmatrix_x4(b, ks + (lane % 8) * LDH + k2 * 32 + (lane / 8) * 8);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int kk = 2 * k2 + h;
+#pragma unroll
+      for (int part = 0; part < 2; ++part) {  // q's hi rows, then its lo rows
+        uint32_t a[4];
+        ldmatrix_x4(a, qs + (part * 16 + lane % 16) * LDH + kk * 16 + (lane / 16) * 8);
+        mma16816(s, a[0], a[1], a[2], a[3], b[2 * h], b[2 * h + 1]);
+      }
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) s[e] *= q_unscale;
+  if (2 * t >= n_live) s[0] = s[2] = -INFINITY;
+  if (2 * t + 1 >= n_live) s[1] = s[3] = -INFINITY;
+  float corr[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = fmaxf(s[2 * h], s[2 * h + 1]);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[h], mx);  // finite: key 0 of the warp's tile is live
+    corr[h] = exp2f(m[h] - m_new);
+    m[h] = m_new;
+    s[2 * h] = exp2f(s[2 * h] - m_new), s[2 * h + 1] = exp2f(s[2 * h + 1] - m_new);
+    l[h] = l[h] * corr[h] + s[2 * h] + s[2 * h + 1];
+  }
+  if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+#pragma unroll
+    for (int f = 0; f < D / 8; ++f) o[f][0] *= corr[0], o[f][1] *= corr[0], o[f][2] *= corr[1], o[f][3] *= corr[1];
+  }
+  // P (16 rows × 8 keys) is S's accumulator tile: as A of m16n8k8, in hi and lo halves.
+  uint32_t ph[2], pl[2];
+  split_half2(s[0] * k_p_scale, s[1] * k_p_scale, ph[0], pl[0]);
+  split_half2(s[2] * k_p_scale, s[3] * k_p_scale, ph[1], pl[1]);
+#pragma unroll
+  for (int n4 = 0; n4 < D / 32; ++n4) {
+    uint32_t b[4];  // V's B fragments for dims n4*32 + 0-7, 8-15, 16-23, 24-31: transposing loads
+    ldmatrix_x4_trans(b, vs + (lane % 8) * LDH + n4 * 32 + (lane / 8) * 8);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      mma1688(o[n4 * 4 + i], ph[0], ph[1], b[i]);
+      mma1688(o[n4 * 4 + i], pl[0], pl[1], b[i]);
+    }
+  }
+}
+
+// Grid (n_tok * n_head_kv * n_sub, n_split), k_warps warps, deep_shape<D>::SMEM bytes of dynamic
+// shared memory; splits, partials and the merge as paged_attention_kernel (kernels/attention.cu),
+// through finish_group, which takes each warp's rows in the CUDA-core kernels' layout.
+// Blocks an SM: four where O fits 128 registers with room; head size 256's O alone takes 128.
+template <int D, int GM>
+__global__ void __launch_bounds__(32 * k_warps, D == 256 ? 2 : 4)
     paged_deep_kernel(paged_attention_args a, int n_split, int chunk, float* part) {
-  using P = deep_shape<DPL, T, GM>;
-  constexpr int KK = P::KK, TK = P::TK, S = P::S;
-  extern __shared__ __align__(16) uint8_t s_tiles[];
-  int* s_offs = reinterpret_cast<int*>(s_tiles + S * P::STAGE);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using P = deep_shape<D>;
+  constexpr int DPL = D / 32;
+  extern __shared__ __align__(16) uint16_t s_tiles[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const head_group hg = group_of<GM>(a, blockIdx.x);
-  const int kvh = hg.kvh;
   split_keys sk;
   if (!split_of(a, hg, n_split, chunk, sk)) return;
-  const int begin = sk.begin, end = sk.end;
+  const int begin = sk.begin, end = sk.end, n_tiles = (end - begin + P::TK - 1) / P::TK;
   const int32_t* table = a.block_tables + static_cast<int64_t>(a.tok_table[hg.t]) * a.max_blocks;
-  const int n_tiles = (end - begin + TK - 1) / TK;
 
   pdl_wait();  // q and the newest key come from the previous kernel
   pdl_trigger();
-  tile_rows<P> rows;
 #pragma unroll
-  for (int i = 0; i < S - 1; ++i) {
-    if (i < n_tiles) gather_rows<P>(a, table, kvh, begin + i * TK, end, rows);
+  for (int i = 0; i < P::S - 1; ++i) {
     if (i < n_tiles)
-      stage_tile<P>(rows, s_tiles + i * P::STAGE, s_offs + i * 2 * TK);
+      stage_tile<D>(a, table, hg.kvh, begin + i * P::TK, end, s_tiles + i * P::STAGE);
     else
       cp_async_commit();  // empty groups keep the wait count below uniform
   }
-  if (S - 1 < n_tiles) gather_rows<P>(a, table, kvh, begin + (S - 1) * TK, end, rows);
-  float q[GM][DPL], acc[GM][DPL], m[GM], l[GM];
-  start_group<DPL, GM>(a, hg, lane, q, acc, m, l);
+  __shared__ unsigned s_qmax;
+  const float q_unscale = stage_q<D>(a, hg, s_tiles + P::Q_OFF, &s_qmax);  // read after the loop's first barrier
+  float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+#pragma unroll
+  for (int f = 0; f < D / 8; ++f) o[f][0] = o[f][1] = o[f][2] = o[f][3] = 0.f;
   for (int i = 0; i < n_tiles; ++i) {
     // The stage refilled here was read in the previous iteration, which ended with a barrier.
-    const int nx = i + S - 1;
+    const int nx = i + P::S - 1;
     if (nx < n_tiles)
-      stage_tile<P>(rows, s_tiles + nx % S * P::STAGE, s_offs + nx % S * 2 * TK);
+      stage_tile<D>(a, table, hg.kvh, begin + nx * P::TK, end, s_tiles + nx % P::S * P::STAGE);
     else
       cp_async_commit();
-    if (nx + 1 < n_tiles) gather_rows<P>(a, table, kvh, begin + (nx + 1) * TK, end, rows);
-    cp_async_wait<S - 1>();  // tile i's group has landed (this thread's), the barrier: everyone's
+    cp_async_wait<P::S - 1>();  // tile i's group has landed (this thread's), the barrier: everyone's
     __syncthreads();
-    const uint8_t* sk = s_tiles + i % S * P::STAGE;
-    const int* so = s_offs + i % S * 2 * TK;
-    const int j0 = begin + i * TK;
-    for (int u0 = warp * KK; u0 < TK && j0 + u0 < end; u0 += k_warps * KK) {
-      float kr[KK][DPL], vr[KK][DPL];
-#pragma unroll
-      for (int u = 0; u < KK; ++u) {
-        const int r = min(u0 + u, end - j0 - 1);  // keys past the end read a staged row, masked
-        const uint8_t* kp = sk + r * P::SB, *vp = sk + (TK + r) * P::SB;
-        if constexpr (!P::aligned) kp += so[r], vp += so[TK + r];
-        load_kv<DPL, T>(kp, 0, lane, kr[u]);
-        load_kv<DPL, T>(vp, 0, lane, vr[u]);
-      }
-      attend_run<DPL, GM, KK>(q, kr, vr, end - j0 - u0, lane, m, l, acc);
+    const int j0 = begin + i * P::TK + warp * P::WK;
+    if (j0 < end) {
+      const uint16_t* st = s_tiles + i % P::S * P::STAGE + warp * P::WK * P::LDH;
+      attend_tile<D>(s_tiles + P::Q_OFF, q_unscale, st, st + P::TILE, end - j0, o, m, l);
     }
     __syncthreads();
   }
-  finish_group<DPL, GM>(a, hg, sk.used, n_split, sk.pos, chunk, part, m, l, acc);
+  // Each warp's rows to finish_group's layout (lane: dims lane*DPL.. of each head), through the
+  // stages, free now; m back to natural-log units.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+  float* s_o = reinterpret_cast<float*>(s_tiles) + warp * (GM * D + 2 * GM);  // rows, then (m, l) per row
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    if (r >= GM) continue;
+#pragma unroll
+    for (int f = 0; f < D / 8; ++f)
+      *reinterpret_cast<float2*>(s_o + r * D + f * 8 + 2 * t) =
+          make_float2(o[f][2 * h] * k_p_unscale, o[f][2 * h + 1] * k_p_unscale);
+    if (t == 0) s_o[GM * D + 2 * r] = m[h] * 0.6931471805599453f, s_o[GM * D + 2 * r + 1] = l[h];
+  }
+  __syncwarp();
+  float acc[GM][DPL], mg[GM], lg[GM];
+#pragma unroll
+  for (int r = 0; r < GM; ++r) {
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) acc[r][i] = s_o[r * D + lane * DPL + i];
+    mg[r] = s_o[GM * D + 2 * r], lg[r] = s_o[GM * D + 2 * r + 1];
+  }
+  finish_group<DPL, GM>(a, hg, sk.used, n_split, sk.pos, chunk, part, mg, lg, acc);
+#endif
 }
 
-template <int DPL, class T, int GM>
+template <int D, int GM>
 cudaError_t launch_deep(const paged_attention_args& a, int n_split, int chunk, float* work, cudaStream_t stream) {
-  constexpr auto kernel = paged_deep_kernel<DPL, T, GM>;
-  constexpr int smem = deep_shape<DPL, T, GM>::SMEM;
+  constexpr auto kernel = paged_deep_kernel<D, GM>;
+  constexpr int smem = deep_shape<D>::SMEM;
+  static_assert(k_warps * (GM * D + 2 * GM) * 4 <= smem, "the warps' rows fit in the stages");
   if (const cudaError_t e = allow_dynamic_smem_once<kernel>(smem); e != cudaSuccess) return e;
   float* part = n_split > 1 ? work + k_split_counters : nullptr;
   const int G = a.n_head / a.n_head_kv, n_sub = (G + GM - 1) / GM;
@@ -174,42 +260,33 @@ cudaError_t launch_deep(const paged_attention_args& a, int n_split, int chunk, f
   return launch_pdl_shared(kernel, grid, dim3(32 * k_warps), smem, stream, a, n_split, chunk, part);
 }
 
-// GM: all query heads of a KV head in one block up to eight (ratio 2 or 3 takes the four-head
-// kernel with idle slots: the block's cost is its K/V bytes), past eight in blocks of up to eight.
-template <int DPL, class T>
+// GM: the query heads a block takes, at most 16 (one mma row tile) and 8 at head size 256 (the
+// merge's buffers); ratios past that take several blocks of a KV head.
+template <int D>
 cudaError_t launch_deep_g(const paged_attention_args& a, int n_split, int chunk, float* work, cudaStream_t stream) {
   const int G = a.n_head / a.n_head_kv;
-  if (G == 1) return launch_deep<DPL, T, 1>(a, n_split, chunk, work, stream);
-  if (G <= 4) return launch_deep<DPL, T, 4>(a, n_split, chunk, work, stream);
-  return launch_deep<DPL, T, 8>(a, n_split, chunk, work, stream);
-}
-
-template <class T>
-cudaError_t launch_deep_t(const paged_attention_args& a, int n_split, int chunk, float* work, cudaStream_t stream) {
-  switch (a.head_dim) {
-    case 32: return launch_deep_g<1, T>(a, n_split, chunk, work, stream);
-    case 64: return launch_deep_g<2, T>(a, n_split, chunk, work, stream);
-    case 128: return launch_deep_g<4, T>(a, n_split, chunk, work, stream);
-    case 256: return launch_deep_g<8, T>(a, n_split, chunk, work, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  if (G <= 4) return launch_deep<D, 4>(a, n_split, chunk, work, stream);
+  if (G <= 8 || D == 256) return launch_deep<D, 8>(a, n_split, chunk, work, stream);
+  if constexpr (D < 256) return launch_deep<D, 16>(a, n_split, chunk, work, stream);
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace
 
 bool paged_deep_supported(const paged_attention_args& a) {
   const bool dim = a.head_dim == 32 || a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256;
-  const bool type = a.cache_type == ggml_type::f16 || a.cache_type == ggml_type::f32 ||
-                    a.cache_type == ggml_type::q8_0;
-  return dim && type;
+  return dim && a.cache_type == ggml_type::f16;
 }
 
 cudaError_t launch_paged_deep(const paged_attention_args& a, int n_split, int chunk, float* work,
                               cudaStream_t stream) {
-  if (a.cache_type == ggml_type::f16) return launch_deep_t<uint16_t>(a, n_split, chunk, work, stream);
-  if (a.cache_type == ggml_type::f32) return launch_deep_t<float>(a, n_split, chunk, work, stream);
-  if (a.cache_type == ggml_type::q8_0) return launch_deep_t<q8_row>(a, n_split, chunk, work, stream);
-  return cudaErrorInvalidValue;
+  if (!paged_deep_supported(a)) return cudaErrorInvalidValue;
+  switch (a.head_dim) {
+    case 32: return launch_deep_g<32>(a, n_split, chunk, work, stream);
+    case 64: return launch_deep_g<64>(a, n_split, chunk, work, stream);
+    case 128: return launch_deep_g<128>(a, n_split, chunk, work, stream);
+    default: return launch_deep_g<256>(a, n_split, chunk, work, stream);
+  }
 }
 
 }  // namespace tandem

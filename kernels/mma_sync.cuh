@@ -19,6 +19,17 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 #endif
 }
 
+// c += a · b with k = 8: A 16 × 8 (a0: row g, columns 2t, 2t + 1; a1: row g + 8), B 8 × 8
+// column-major (rows 2t, 2t + 1 of column g), C as mma16816. A's layout is C's: a 16 × 8 fp32
+// accumulator tile, packed to fp16 pairs, is the A operand of the next product.
+__device__ __forceinline__ void mma1688(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+#endif
+}
+
 // Four 8 × 8 fp16 matrices from shared memory: lanes 8i..8i+7 give the row addresses of matrix i,
 // and r[i] holds this lane's pair of it (row lane / 4, columns 2 (lane % 4), +1); .trans hands out
 // the transpose (rows 2 (lane % 4), +1 of column lane / 4).

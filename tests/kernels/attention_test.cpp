@@ -168,7 +168,8 @@ paged_cache make_deep_cache(ggml_type t, int D, int n_kv, uint32_t seed) {
 
 // Decode at depth: 20000 keys split into runs of 256 (79 splits, past the old cap of 32), and the
 // same with a 32-split workspace, against attend_head, f16 and Q8_0 caches, head_dim 128 and 256,
-// with one block per query head, grouped blocks and staged blocks (K/V tiles through shared memory).
+// with one block per query head, grouped blocks and tensor-core blocks (f16; Q8_0 falls back).
+// The tensor-core blocks hold q and p as fp16 hi + lo pairs, so they meet the same bound.
 // Tokens at 20000, 15001, 8300 and 64 keys (and one skipped) take 79, 59, 33 and 1 splits of the
 // launch's grid. attend_head sums 20000 floats in order, so 5e-4 (relative to max(1, |ref|)).
 TEST(paged_attention, deep_cache_splits_match_attend_head) {
@@ -210,7 +211,7 @@ TEST(paged_attention, deep_cache_splits_match_attend_head) {
       a.max_blocks = c.n_blocks, a.max_kv = max_kv, a.scale = scale;
       for (int run = 0; run < 6; ++run) {
         const int splits = run & 1 ? 32 : 79;
-        a.grouped = run >> 1 == 1;  // one block per query head, grouped blocks, then staged ones
+        a.grouped = run >> 1 == 1;  // one block per query head, grouped blocks, then tensor-core ones
         a.deep = run >> 1 == 2;
         dev<float> work(splits == 32 ? paged_attention_work_floats(T, c.Hq, D, 32)
                                      : paged_attention_step_work_floats(T, c.Hq, D),
@@ -227,18 +228,19 @@ TEST(paged_attention, deep_cache_splits_match_attend_head) {
             for (size_t i = size_t(t) * c.Hq * D; i < size_t(t + 1) * c.Hq * D; ++i)
               worst = std::max(worst, double(std::fabs(got[i] - ref[i])) / std::max(1.f, std::fabs(ref[i])));
           }
-          std::printf("%s paged attention D %d, %d keys, %d splits, grouped %d, staged %d, launch %d: worst "
+          std::printf("%s paged attention D %d, %d keys, %d splits, grouped %d, tensor-core %d, launch %d: worst "
                       "relative error %.3g\n",
                       std::string(type_name(type)).c_str(), D, n_kv, splits, a.grouped, a.deep, rep, worst);
-          EXPECT_LE(worst, 5e-4) << type_name(type) << " D " << D << " splits " << splits << " staged " << a.deep;
+          EXPECT_LE(worst, 5e-4) << type_name(type) << " D " << D << " splits " << splits << " tensor-core " << a.deep;
         }
       }
     }
   }
 }
 
-// Paged attention over a Q8_0 cache (shuffled block table, GQA, with and without splits, and the
-// staged kernel, whose slots hold rows at any 2-byte offset) vs attend_head on the same blocks.
+// Paged attention over a Q8_0 cache (shuffled block table, GQA, with and without splits, and asking
+// for the tensor-core kernel, which has no Q8_0 form: the launcher falls back) vs attend_head on
+// the same blocks.
 // Both dequantize to the same float values; only the summation order and exp differ: 5e-5
 // absolute on outputs of size ~1 (some rows reach ~300).
 TEST(paged_attention, q8_0_cache_matches_attend_head) {
@@ -284,9 +286,9 @@ TEST(paged_attention, q8_0_cache_matches_attend_head) {
           }
         }
       }
-      std::printf("q8_0 paged attention D %d split %d staged %d: worst relative error %.3g\n", D, int(split),
+      std::printf("q8_0 paged attention D %d split %d tensor-core %d: worst relative error %.3g\n", D, int(split),
                   a.deep, worst);
-      EXPECT_LE(worst, 5e-5) << "D " << D << " split " << split << " staged " << a.deep;
+      EXPECT_LE(worst, 5e-5) << "D " << D << " split " << split << " tensor-core " << a.deep;
     }
   }
 }
@@ -315,8 +317,8 @@ std::vector<float> reference_attention(const paged_cache& c, ggml_type t, const 
 
 // GQA ratios 1 to 16, with and without splits, one block per query head, grouped (up to four
 // query heads of a KV head a block: ratio 6 is two blocks of three, 8 two of four, 2 one block
-// with two idle head slots) and staged (all heads of a KV head up to eight a block: 16 is two
-// blocks of eight), f16, f32 and Q8_0, against attend_head; 1, 38, 151 and 300 keys end mid-tile.
+// with two idle head slots) and tensor-core (f16: all heads of a KV head up to 16 a block, 8 at
+// head size 256, where 16 is two blocks of eight; f32 and Q8_0 fall back), f16, f32 and Q8_0, against attend_head; 1, 38, 151 and 300 keys end mid-tile.
 // The cache's x300 rows make scores reach ~100, where one rounding of a score (1e-5 of it) moves
 // its softmax weight by as much, and the lanes sum in another order than attend_head: 5e-4
 // relative, as deep_cache_splits_match_attend_head.
@@ -355,7 +357,7 @@ TEST(paged_attention, gqa_ratios_match_attend_head) {
               worst = std::max(worst, double(std::fabs(got[e] - ref[e])) / std::max(1.f, std::fabs(ref[e])));
           }
           EXPECT_LE(worst, 5e-4) << type_name(type) << " " << Hq << "/" << Hkv << " heads, D " << D << " split "
-                                 << split << " grouped " << a.grouped << " staged " << a.deep;
+                                 << split << " grouped " << a.grouped << " tensor-core " << a.deep;
         }
       }
     }
