@@ -356,12 +356,10 @@ bool decode_grouped(const paged_attention_args& a) {
 }
 
 // Whether a launch takes the tensor-core kernel (kernels/attention_deep.cu: f16 caches, sm_80+):
-// on deep caches (as grouped blocks) where programmatic dependent launch is off (sm_80-sm_89, or
-// TANDEM_CUDA_PDL=0). Measured on an H200, Qwen3-8B Q4_K_M f16 tg128 at depth 16384: its launch
-// takes 36.0 us against the grouped kernel's 41.5 (ncu), and without PDL the step gains as much
-// (284.1 against 270.8 t/s); with PDL the grouped kernel's step overlaps its neighbours and the
-// tensor-core one's does not (288.4 against 285.2), so sm_90 keeps the grouped kernel.
-// TANDEM_ATTN_DEEP=1 or args.deep = 1 always takes it where supported, =0 never.
+// on deep caches, where the grouped blocks would otherwise take over. Measured on an H200,
+// Qwen3-8B Q4_K_M f16 tg128 at depth 16384: 313.98 against the grouped kernel's 288.53 t/s, and
+// with programmatic dependent launch off (as on sm_80-sm_89) 296.75 against 270.66.
+// TANDEM_ATTN_DEEP=0 or args.deep = 0 never takes it, =1 always does where supported.
 bool decode_deep(const paged_attention_args& a) {
   static const int env = [] {
     const char* e = std::getenv("TANDEM_ATTN_DEEP");
@@ -369,7 +367,7 @@ bool decode_deep(const paged_attention_args& a) {
   }();
   const int mode = a.deep >= 0 ? a.deep : env;
   if (mode == 0 || !paged_deep_supported(a) || kernel_arch() < 80) return false;
-  return mode == 1 || (!pdl_supported() && a.max_kv > k_short_splits * deep_split_keys());
+  return mode == 1 || (a.n_head != a.n_head_kv && a.max_kv > k_short_splits * deep_split_keys());
 }
 
 }  // namespace
