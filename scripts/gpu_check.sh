@@ -4,7 +4,8 @@
 # Usage (repo root, .devdeps/ from ../shared/gpu/prepare-deps.sh alongside): scripts/gpu_check.sh
 # Env: BUILD_DIR (default build-gpu), JOBS (default 16), CUDA_ARCHS (default 90),
 # SANITIZER_TOOLS (default "memcheck initcheck"; "" for none), SANITIZE_TESTS (kernel test names,
-# default all), CTEST=0 (no ctest run: only the sanitizer).
+# default all), CTEST=0 (no ctest run: only the sanitizer), TANDEM_TREE (the commit the log names: the
+# device copy's git names another; every scripts/gpu_*_run.sh prints it too).
 # VOLTA=1: no build here; the same tests and sanitizer runs from .volta/volta.tar.gz (made by
 # scripts/volta_build.sh: CUDA 11.8, compute_70 PTX only, carried along), unpacked into build-volta.
 set -uo pipefail
@@ -65,8 +66,9 @@ step() {
 
 {
   date -u +%Y-%m-%dT%H:%M:%SZ
-  git -C "$root" rev-parse HEAD 2>/dev/null || echo "commit: unknown"
-  git -C "$root" status --short 2>/dev/null | head -50
+  # The device machine's copy of the tree has no history of its own (git there names another
+  # commit): the caller records which tree this is, e.g. TANDEM_TREE=$(git rev-parse --short HEAD).
+  echo "tree: ${TANDEM_TREE:-unrecorded (set TANDEM_TREE)}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
   if [[ $volta == 1 ]]; then echo "volta: compute_70 PTX built with CUDA 11.8 (scripts/volta_build.sh), JIT-run"
   else nvcc --version 2>&1 | tail -2; fi

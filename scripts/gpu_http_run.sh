@@ -27,7 +27,7 @@ if [[ $gpu -ge 0 ]]; then
 else
   device="CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 fi
-echo "== $(basename "$m") on $device, commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%FT%TZ)"
+echo "== $(basename "$m") on $device, tree ${TANDEM_TREE:-unrecorded (set TANDEM_TREE)}, $(date -u +%FT%TZ)"
 
 "$td" --socket "$sock" --config /dev/null --gpu "$gpu" --parallel "${PARALLEL:-8}" --context "${CONTEXT:-1024}" \
   --model "m=$m" >"$work/tandemd.log" 2>&1 &

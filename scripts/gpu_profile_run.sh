@@ -14,7 +14,7 @@ for preset in ${PRESETS:-qwen3-8b qwen3-32b}; do
   m=/tmp/tandem-$preset-$type.gguf
   t0=$SECONDS
   "$bin/tandem-model" make --preset "$preset" --type "$type" --row-pool 256 -o "$m" -q || exit 1
-  echo "== $preset $type (made in $((SECONDS - t0)) s); commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%FT%TZ)"
+  echo "== $preset $type (made in $((SECONDS - t0)) s); tree ${TANDEM_TREE:-unrecorded (set TANDEM_TREE)}, $(date -u +%FT%TZ)"
   "$bin/tandem-model" bench -m "$m" $args --device "${DEVICE:-0}" --profile 2>&1 | grep -vE "^\| model |^\|-|^upload"
   rm -f "$m"
 done

@@ -34,7 +34,7 @@ if has profile; then  # where a step's time goes, by launch group (graphs off), 
     "$tm" bench -m "$m" -p 16 -n 32 -b "$b" -r 1 --no-ceilings --profile 2>&1 | grep -E "^\| [a-z]" | sed -E 's/ +/ /g' | head -12
   done
 fi
-echo "== tandemd on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%FT%TZ)"
+echo "== tandemd on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), tree ${TANDEM_TREE:-unrecorded (set TANDEM_TREE)}, $(date -u +%FT%TZ)"
 TANDEM_SCHEDULER_TRACE=/tmp/tandem-serve.trace "$td" --socket "$sock" --config /dev/null --gpu 0 --parallel "${PARALLEL:-64}" --context "${CONTEXT:-1024}" \
   --prefill-chunk "${CHUNK:-512}" --queue-depth 1024 --max-connections-per-user 1024 --model "m=$m" >/tmp/tandemd-serve.log 2>&1 &
 pid=$!

@@ -16,7 +16,7 @@ preset=${PRESET:-qwen3-8b} type=${TYPE:-Q4_K_M}
 m=/tmp/tandem-$preset-$type.gguf
 t0=$SECONDS
 "$bin/tandem-model" make --preset "$preset" --type "$type" ${MAKE_ARGS:-} -o "$m" -q || exit 1
-echo "make $preset $type ${MAKE_ARGS:-}: $((SECONDS - t0)) s; commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%FT%TZ)"
+echo "make $preset $type ${MAKE_ARGS:-}: $((SECONDS - t0)) s; tree ${TANDEM_TREE:-unrecorded (set TANDEM_TREE)}, $(date -u +%FT%TZ)"
 args=${BENCH_ARGS:--p 512 -n 128 -r 2}
 pair="--no-ceilings --devices 0=16GiB,1=32GiB"
 # The split line, result rows and errors: not the table's header ("| model") or rule ("|---").

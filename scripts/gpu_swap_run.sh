@@ -35,7 +35,7 @@ if [[ $gpu -ge 0 ]]; then
 else
   device="CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 fi
-echo "== swaps between $(for f in "${files[@]}"; do printf '%s (%s B) ' "$(basename "$f")" "$(stat -c %s "$f")"; done)on $device, commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%FT%TZ)"
+echo "== swaps between $(for f in "${files[@]}"; do printf '%s (%s B) ' "$(basename "$f")" "$(stat -c %s "$f")"; done)on $device, tree ${TANDEM_TREE:-unrecorded (set TANDEM_TREE)}, $(date -u +%FT%TZ)"
 
 # The ceilings, on a 4 GiB file of the same disk (the benchmark prints H2D, read() and the
 # uploader's warm/cold rates for both of its sources).

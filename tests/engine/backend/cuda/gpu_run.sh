@@ -21,7 +21,7 @@ fi
 grep -hE "^\[  (FAILED|SKIPPED) " "$out"/ctest.log 2>/dev/null | sort -u | head -40
 tm=$build/client/tandem_model/tandem-model
 bench=$tm  # tandem-model bench
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+commit=${TANDEM_TREE:-unrecorded (set TANDEM_TREE)}  # the device copy's git names another commit
 for t in ${TYPES:-Q6_K}; do
   m=/tmp/tandem-qwen3-8b-$t.gguf
   t0=$SECONDS
@@ -30,7 +30,7 @@ for t in ${TYPES:-Q6_K}; do
     { echo "make $t failed or timed out after $((SECONDS - t0)) s"; rm -f "$m"; continue; }
   echo "make $t ${MAKE_ARGS:-}: $((SECONDS - t0)) s"
   {
-    echo "commit $commit (plus uncommitted tree), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "tree $commit, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "$bench bench -m $m ${BENCH_ARGS:--p 512,2048 -n 128 -r 3}"
     "$bench" bench -m "$m" ${BENCH_ARGS:--p 512,2048 -n 128 -r 3}
   } 2>&1 | tee "$out/bench-$t.txt"
