@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -360,6 +361,57 @@ TEST(paged_attention, gqa_ratios_match_attend_head) {
                                  << split << " grouped " << a.grouped << " tensor-core " << a.deep;
         }
       }
+    }
+  }
+}
+
+// ---- Benchmark ------------------------------------------------------------------------------
+
+// Decode attention at depth, one token: the Qwen3-8B shape (32 query / 8 KV heads, head size 128)
+// and Qwen3.5-27B's attention layers (24 / 4, head size 256), f16 caches of 16,384 and 65,536
+// keys behind a shuffled block table, four layers' caches in turn (so K/V come from HBM),
+// replayed from a CUDA graph: us a launch and GB/s of K/V bytes, grouped CUDA-core blocks
+// against tensor-core ones (docs/PERFORMANCE.md, "Long prompts"). Asserts only that the
+// launches succeed.
+TEST(big, decode_attention_at_depth) {
+  REQUIRE_GPU();
+  struct shape {
+    int D, Hq, Hkv;
+  };
+  for (const shape sh : {shape{128, 32, 8}, shape{256, 24, 4}}) {
+    for (const int n_kv : {16384, 65536}) {
+      const int bs = 16, n_blocks = n_kv / bs, layers = 4;
+      const size_t halves = size_t(n_kv) * sh.Hkv * sh.D;
+      std::vector<uint16_t> h(halves);
+      uint32_t x = 12345u;
+      for (auto& v : h) x = x * 1664525u + 1013904223u, v = uint16_t(0x3000u | (x >> 22) | ((x >> 8) & 0x8000u));
+      std::vector<std::unique_ptr<dev<uint16_t>>> k, v;
+      for (int l = 0; l < layers; ++l) k.push_back(std::make_unique<dev<uint16_t>>(h)), v.push_back(std::make_unique<dev<uint16_t>>(h));
+      std::vector<int32_t> table(n_blocks);
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), std::mt19937(7));
+      dev<int32_t> dtab(table), dtt(std::vector<int32_t>{0}), dpos(std::vector<int32_t>{n_kv - 1});
+      dev<float> dq(randoms(size_t(sh.Hq) * sh.D, 3, -0.5f, 0.5f)), dout(size_t(sh.Hq) * sh.D);
+      dev<float> work(paged_attention_step_work_floats(1, sh.Hq, sh.D), 0);
+      paged_attention_args a;
+      a.q = dq.p, a.cache_type = ggml_type::f16, a.out = dout.p;
+      a.block_tables = dtab.p, a.tok_table = dtt.p, a.tok_pos = dpos.p;
+      a.n_tok = 1, a.n_head = sh.Hq, a.n_head_kv = sh.Hkv, a.head_dim = sh.D, a.block_size = bs;
+      a.max_blocks = n_blocks, a.max_kv = n_kv, a.scale = 1.f / std::sqrt(float(sh.D));
+      double us[2];
+      for (int deep = 0; deep < 2; ++deep) {
+        a.deep = deep;
+        us[deep] = test::time_us([&](int i, cudaStream_t s) {
+          a.k_cache = k[i % layers]->p, a.v_cache = v[i % layers]->p;
+          launch_paged_attention(a, work.p, work.n, s);
+        }, true);
+        ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+      }
+      const double gb = 2.0 * halves * 2 / 1e3;  // K and V bytes, per us -> GB/s
+      std::printf("decode attention D %d, %d / %d heads, %d keys, %d splits: grouped %.1f us (%.0f GB/s), "
+                  "tensor-core %.1f us (%.0f GB/s)\n",
+                  sh.D, sh.Hq, sh.Hkv, n_kv, paged_attention_splits(1, sh.Hq, sh.D, n_kv, work.n), us[0], gb / us[0],
+                  us[1], gb / us[1]);
     }
   }
 }
