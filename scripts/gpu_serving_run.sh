@@ -6,7 +6,9 @@
 # (TANDEM_SCHEDULER_TRACE, scripts/step_trace_summary.py). Env: STEPS (default "build test bench";
 # "profile" adds bench --profile's launch groups at 1, 16 and 64 sequences), PRESET
 # (qwen3-8b), TYPE (Q4_K_M), PARALLEL (64), CONTEXT (tokens per sequence, 1024), CLIENTS
-# ("1 4 16 64"), TOKENS (128), CHUNK (prefill-chunk, 512), BUILD_DIR (build-gpu).
+# ("1 4 16 64"), TOKENS (128), CHUNK (prefill-chunk, 512) or CHUNKS (several, a tandemd each),
+# DURATION (seconds of steady load a client count instead of R = max(8, 2C) requests), BUILD_DIR
+# (build-gpu), TANDEM_TREE (the commit the log names).
 # Usage (repo root, .devdeps/ alongside): bash scripts/gpu_serving_run.sh
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,17 +37,26 @@ if has profile; then  # where a step's time goes, by launch group (graphs off), 
   done
 fi
 echo "== tandemd on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), tree ${TANDEM_TREE:-unrecorded (set TANDEM_TREE)}, $(date -u +%FT%TZ)"
-TANDEM_SCHEDULER_TRACE=/tmp/tandem-serve.trace "$td" --socket "$sock" --config /dev/null --gpu 0 --parallel "${PARALLEL:-64}" --context "${CONTEXT:-1024}" \
-  --prefill-chunk "${CHUNK:-512}" --queue-depth 1024 --max-connections-per-user 1024 --model "m=$m" >/tmp/tandemd-serve.log 2>&1 &
-pid=$!
-for _ in $(seq 600); do "$tc" --socket "$sock" --json models 2>/dev/null | grep -q '"resident"' && break; sleep 0.2; done
-for c in ${CLIENTS:-1 4 16 64}; do
-  r=$((c < 8 ? 8 : 2 * c))
-  echo "# clients $c requests $r"
-  "$tc" --socket "$sock" --json loadgen -c "$c" -r "$r" -n "${TOKENS:-128}" --raw
+# One tandemd per prefill chunk size (CHUNKS), each serving the load generator at every client count.
+for chunk in ${CHUNKS:-${CHUNK:-512}}; do
+  echo "# prefill chunk $chunk"
+  TANDEM_SCHEDULER_TRACE=/tmp/tandem-serve-$chunk.trace "$td" --socket "$sock" --config /dev/null --gpu 0 --parallel "${PARALLEL:-64}" --context "${CONTEXT:-1024}" \
+    --prefill-chunk "$chunk" --queue-depth 1024 --max-connections-per-user 1024 --model "m=$m" >/tmp/tandemd-serve.log 2>&1 &
+  pid=$!
+  for _ in $(seq 600); do "$tc" --socket "$sock" --json models 2>/dev/null | grep -q '"resident"' && break; sleep 0.2; done
+  for c in ${CLIENTS:-1 4 16 64}; do
+    r=$((c < 8 ? 8 : 2 * c))
+    if [[ -n ${DURATION:-} ]]; then  # steady state: requests keep starting for DURATION seconds
+      echo "# clients $c for ${DURATION} s"
+      "$tc" --socket "$sock" --json loadgen -c "$c" --duration "$DURATION" -n "${TOKENS:-128}" --raw
+    else
+      echo "# clients $c requests $r"
+      "$tc" --socket "$sock" --json loadgen -c "$c" -r "$r" -n "${TOKENS:-128}" --raw
+    fi
+  done
+  kill "$pid"; wait "$pid"
+  tail -3 /tmp/tandemd-serve.log
+  # Where the passes' time went over this tandemd's runs (the loadgen tails above are in these).
+  python3 scripts/step_trace_summary.py /tmp/tandem-serve-"$chunk".trace*
 done
-kill "$pid"; wait "$pid"
-tail -3 /tmp/tandemd-serve.log
-# Where the passes' time went over all the runs (the loadgen tails above are in these).
-python3 scripts/step_trace_summary.py /tmp/tandem-serve.trace*
 rm -f "$m"
