@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(32 * k_warps)
 #pragma unroll
     for (int u = 0; u < KK; ++u) {
       const int j = min(j0 + u, end - 1);  // keys past the end load a valid row, masked below
-      row[u] = (static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size) * a.n_head_kv + kvh;
+      row[u] = kv_row(a, table, j, kvh);
     }
   };
   int64_t row[KK];

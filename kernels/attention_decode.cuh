@@ -216,6 +216,11 @@ __device__ __forceinline__ float reduce_scatter(float (&x)[V], int lane) {
   return r;
 }
 
+// The [slot][kv head] row of key j of a sequence (table: its block table row) for KV head kvh.
+__device__ __forceinline__ int64_t kv_row(const paged_attention_args& a, const int32_t* table, int j, int kvh) {
+  return (static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size) * a.n_head_kv + kvh;
+}
+
 // The query heads one decode block takes: the G = n_head / n_head_kv heads of a KV head are cut
 // into n_sub blocks of at most GM heads, so each K/V row a block loads serves up to GM heads.
 struct head_group {

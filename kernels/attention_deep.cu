@@ -58,9 +58,7 @@ __device__ __forceinline__ void stage_tile(const paged_attention_args& a, const 
   for (int it = 0; it < P::IT / 2; ++it) {
     const int c = threadIdx.x + it * 32 * k_warps, r = c / P::CH, col = c % P::CH * 8, j = j0 + r;
     const int jj = min(j, end - 1);  // a valid address; nothing is read past the end
-    const int64_t off =
-        ((static_cast<int64_t>(table[jj / a.block_size]) * a.block_size + jj % a.block_size) * a.n_head_kv + kvh) * D +
-        col;
+    const int64_t off = kv_row(a, table, jj, kvh) * D + col;
     uint16_t* dst = stage + r * P::LDH + col;
     cp_async16(dst, static_cast<const uint16_t*>(a.k_cache) + off, j < end ? 16 : 0);
     cp_async16(dst + P::TILE, static_cast<const uint16_t*>(a.v_cache) + off, j < end ? 16 : 0);
@@ -71,10 +69,10 @@ __device__ __forceinline__ void stage_tile(const paged_attention_args& a, const 
 // The group's query rows into shared memory as fp16 hi and lo rows (16 each, LDH apart): row r =
 // head h0 + r (r < hg.g; the other rows are zeros), in log2 units times 2^e, e chosen from the
 // rows' largest value so that it lands near 2^14: fp16 neither overflows nor loses lo's bits.
-// Returns 2^-e, which scores are multiplied by. s_max: one shared word.
+// Returns 2^-e, which scores are multiplied by. s_red: block_reduce's k_warps floats.
 template <int D>
 __device__ __forceinline__ float stage_q(const paged_attention_args& a, const head_group& hg, uint16_t* qs,
-                                         unsigned* s_max) {
+                                         float* s_red) {
   using P = deep_shape<D>;
   constexpr int per = 16 * D / 2 / (32 * k_warps);  // float pairs a thread
   static_assert(16 * D / 2 % (32 * k_warps) == 0, "q's pairs split evenly over the threads");
@@ -89,11 +87,7 @@ __device__ __forceinline__ float stage_q(const paged_attention_args& a, const he
       v[k] = *reinterpret_cast<const float2*>(a.q + (static_cast<int64_t>(hg.t) * a.n_head + hg.h0 + r) * D + col);
     mx = fmaxf(mx, fmaxf(fabsf(v[k].x), fabsf(v[k].y)) * s);
   }
-  if (threadIdx.x == 0) *s_max = 0u;
-  __syncthreads();
-  atomicMax(s_max, __float_as_uint(mx));  // non-negative floats order as their bits
-  __syncthreads();
-  const float top = __uint_as_float(*s_max);
+  const float top = block_reduce<true>(mx, s_red);
   int e = 0;
   if (top > 0.f && top < INFINITY) frexpf(top, &e);  // top < 2^e
   e = max(-100, min(100, 14 - e));
@@ -197,8 +191,8 @@ __global__ void __launch_bounds__(32 * k_warps, D == 256 ? 2 : 4)
     else
       cp_async_commit();  // empty groups keep the wait count below uniform
   }
-  __shared__ unsigned s_qmax;
-  const float q_unscale = stage_q<D>(a, hg, s_tiles + P::Q_OFF, &s_qmax);  // read after the loop's first barrier
+  __shared__ float s_red[k_warps];
+  const float q_unscale = stage_q<D>(a, hg, s_tiles + P::Q_OFF, s_red);  // read after the loop's first barrier
   float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 #pragma unroll
   for (int f = 0; f < D / 8; ++f) o[f][0] = o[f][1] = o[f][2] = o[f][3] = 0.f;
