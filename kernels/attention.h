@@ -69,8 +69,8 @@ struct paged_attention_args {
   int grouped = -1;
   // Tensor-core blocks (sm_80+, f16 caches; kernels/attention_deep.cu): all query heads of a KV
   // head (up to 16) a block as the rows of one mma tile, K/V tiles streamed through shared memory.
-  // -1: the launcher's choice (GQA models on deep caches, past 8192 keys, as grouped); 1 takes them where
-  // supported, 0 never (tests).
+  // -1: the launcher's choice (GQA models on deep caches, past 8192 keys, as grouped); 1 takes
+  // them where supported, 0 never (tests).
   int deep = -1;
 };
 
