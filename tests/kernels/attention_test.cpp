@@ -319,7 +319,8 @@ std::vector<float> reference_attention(const paged_cache& c, ggml_type t, const 
 // GQA ratios 1 to 16, with and without splits, one block per query head, grouped (up to four
 // query heads of a KV head a block: ratio 6 is two blocks of three, 8 two of four, 2 one block
 // with two idle head slots) and tensor-core (f16: all heads of a KV head up to 16 a block, 8 at
-// head size 256, where 16 is two blocks of eight; f32 and Q8_0 fall back), f16, f32 and Q8_0, against attend_head; 1, 38, 151 and 300 keys end mid-tile.
+// head size 256, where 16 is two blocks of eight; f32 and Q8_0 fall back), f16, f32 and Q8_0,
+// against attend_head; 1, 38, 151 and 300 keys end mid-tile.
 // The cache's x300 rows make scores reach ~100, where one rounding of a score (1e-5 of it) moves
 // its softmax weight by as much, and the lanes sum in another order than attend_head: 5e-4
 // relative, as deep_cache_splits_match_attend_head.
