@@ -4,7 +4,8 @@
 # of 1..64 sequences decoding together and tandemd serving it on GPU 0 to `tandem loadgen` at 1, 4,
 # 16 and 64 clients (issue 23's figures), and a summary of tandemd's per-pass trace
 # (TANDEM_SCHEDULER_TRACE, scripts/step_trace_summary.py). Env: STEPS (default "build test bench";
-# "profile" adds bench --profile's launch groups at 1, 16 and 64 sequences), PRESET
+# "serve" alone skips the engine's bench and serves only; "profile" adds bench --profile's launch
+# groups at 1, 16 and 64 sequences), PRESET
 # (qwen3-8b), TYPE (Q4_K_M), PARALLEL (64), CONTEXT (tokens per sequence, 1024), CLIENTS
 # ("1 4 16 64"), TOKENS (128), CHUNK (prefill-chunk, 512) or CHUNKS (several, a tandemd each),
 # DURATION (seconds of steady load a client count instead of R = max(8, 2C) requests), BUILD_DIR
@@ -26,10 +27,10 @@ if has test; then
   "$build/tests/kernels/kernels_qgemm_test" --gtest_brief=1 --gtest_filter=-big.* 2>&1 | tail -15
   "$build/tests/kernels/kernels_qgemm_test" --gtest_filter=big.* 2>&1 | grep -vE "^\[|^$"
 fi
-has bench || exit 0
+has bench || has serve || exit 0
 m=/tmp/serve-${TYPE:-Q4_K_M}.gguf sock=/tmp/tandem-serve.sock
 "$tm" make --preset "${PRESET:-qwen3-8b}" --type "${TYPE:-Q4_K_M}" --row-pool 256 -o "$m" -q || exit 1
-"$tm" bench -m "$m" -p 16 -n 64 -b 1,8,9,16,32,64 -r 2 --no-ceilings 2>&1 | grep -E "^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'
+has bench && "$tm" bench -m "$m" -p 16 -n 64 -b 1,8,9,16,32,64 -r 2 --no-ceilings 2>&1 | grep -E "^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'
 if has profile; then  # where a step's time goes, by launch group (graphs off), at 1, 16 and 64 sequences
   for b in 1 16 64; do
     echo "== profile b$b"

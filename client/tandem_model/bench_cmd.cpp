@@ -66,7 +66,7 @@ struct bench_options {
   std::string kv = "f16";  // KV cache element type
   bool json = false;
   bool no_ceilings = false;
-  bool profile = false;  // time each launch group of the decode tests (one GPU, no graphs)
+  bool profile = false;  // time each launch group of the tests (one GPU, no graphs)
 };
 
 struct sample_stats {
@@ -170,7 +170,7 @@ struct bench_target {
   std::string ceilings_line;      // empty: not measured
   uint64_t state_bytes_per_token = 0;
   nlohmann::json json = nlohmann::json::object();  // backend-specific JSON fields
-  // Decode tests' launch-group profile (CUDA --profile): reset before, report after each test.
+  // The tests' launch-group profile (CUDA --profile): reset before, report after each test.
   std::function<void()> profile_reset;
   std::function<void(const std::string& test, int64_t tokens, std::vector<std::string>& lines,
                      nlohmann::json& json)> profile_report;
@@ -254,8 +254,11 @@ struct bench_run {
 
 void run_prompt_test(bench_run& r, int depth, int p) {
   run_prefill(r.be, r.cache, depth, p, r.o.ubatch, 1);  // warm-up: cuBLAS heuristics, buffer growth
+  if (r.target.profile_reset) r.target.profile_reset();
   std::vector<double> tps;
   for (int i = 0; i < r.o.reps; ++i) tps.push_back(p / run_prefill(r.be, r.cache, depth, p, r.o.ubatch, 2 + i));
+  if (r.target.profile_report)
+    r.target.profile_report(test_name("pp", p, depth), int64_t(p) * r.o.reps, r.profile_lines, r.profiles);
   const double rate = prefill_flops(r.d.hp, r.matrix_params, depth, p) / (p / stats_of(tps).mean) / 1e12;
   const double ceil = r.target.gemm_tflops;
   r.table.add(test_name("pp", p, depth), depth, tps, ceil > 0 ? rate / ceil : -1, "fp16 GEMM");
@@ -418,7 +421,7 @@ std::unique_ptr<backend> open_cpu_target(const bench_options& o, const model_des
 
 #ifdef TANDEM_HAVE_CUDA_BACKEND
 
-// The profile of a decode test as table lines (microseconds per token by launch group) and JSON.
+// The profile of a test as table lines (microseconds per token by launch group) and JSON.
 void profile_report(const cuda_step_profile& p, const std::string& test, int64_t tokens,
                     std::vector<std::string>& lines, nlohmann::json& json) {
   const auto rows = p.rows();
@@ -589,7 +592,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print JSON instead of the table");
   cmd->add_flag("--no-ceilings", o->no_ceilings, "Skip measuring the ceilings (GPU: copy and GEMM; CPU: host memory copy)");
   cmd->add_flag("--profile", o->profile,
-                "After each tgN, microseconds per token by launch group (one GPU; CUDA graphs off, so its t/s "
+                "After each ppN and tgN, microseconds per token by launch group (one GPU; CUDA graphs off, so its t/s "
                 "are below the unprofiled ones)");
   cmd->callback([o] {
     // 0 in -p / -n asks for no such test (llama-bench's -p 0 for decode-only runs).
