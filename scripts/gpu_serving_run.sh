@@ -7,7 +7,7 @@
 # "serve" alone skips the engine's bench and serves only; "profile" adds bench --profile's launch
 # groups at 1, 16 and 64 sequences), PRESET
 # (qwen3-8b), TYPE (Q4_K_M), PARALLEL (64), CONTEXT (tokens per sequence, 1024), CLIENTS
-# ("1 4 16 64"), TOKENS (128), CHUNK (prefill-chunk, 512) or CHUNKS (several, a tandemd each),
+# ("1 4 16 64"), TOKENS (128), CHUNK (prefill-chunk, 2048 as tandemd's default) or CHUNKS (several, a tandemd each),
 # DURATION (seconds of steady load a client count instead of R = max(8, 2C) requests), BUILD_DIR
 # (build-gpu), TANDEM_TREE (the commit the log names).
 # Usage (repo root, .devdeps/ alongside): bash scripts/gpu_serving_run.sh
@@ -39,7 +39,7 @@ if has profile; then  # where a step's time goes, by launch group (graphs off), 
 fi
 echo "== tandemd on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), tree ${TANDEM_TREE:-unrecorded (set TANDEM_TREE)}, $(date -u +%FT%TZ)"
 # One tandemd per prefill chunk size (CHUNKS), each serving the load generator at every client count.
-for chunk in ${CHUNKS:-${CHUNK:-512}}; do
+for chunk in ${CHUNKS:-${CHUNK:-2048}}; do
   echo "# prefill chunk $chunk"
   TANDEM_SCHEDULER_TRACE=/tmp/tandem-serve-$chunk.trace "$td" --socket "$sock" --config /dev/null --gpu 0 --parallel "${PARALLEL:-64}" --context "${CONTEXT:-1024}" \
     --prefill-chunk "$chunk" --queue-depth 1024 --max-connections-per-user 1024 --model "m=$m" >/tmp/tandemd-serve.log 2>&1 &

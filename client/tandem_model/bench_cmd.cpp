@@ -453,7 +453,8 @@ std::unique_ptr<backend> open_cuda_target(const bench_options& o, const model_de
   bo.profile = profile;
   bo.file = file;
   if (!o.devices.empty()) {
-    auto sp = plan_gpu_split(d, o.devices, o.ratios, o.split == "none" ? "layer" : o.split, cfg);
+    auto sp = plan_gpu_split(d, o.devices, o.ratios, o.split == "none" ? "layer" : o.split, cfg,
+                             uint32_t(o.ubatch));
     if (!sp) fail(sp.message());
     if (o.split == "none") {
       bo.device = sp->devices[0];

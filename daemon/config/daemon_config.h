@@ -10,6 +10,7 @@
 
 #include "core/result.h"
 #include "protocol/model_settings.h"
+#include "runtime/scheduler.h"
 
 namespace tandem::daemon {
 
@@ -39,7 +40,7 @@ struct daemon_config {
   std::uint64_t memory_budget = 0;         // bytes of all resident models; 0: unlimited
   // Prompt tokens per forward pass, beside one decode token per running sequence: a long prompt
   // delays the others' next token by at most one chunk; cancel is checked between passes.
-  std::uint32_t prefill_chunk = 256;
+  std::uint32_t prefill_chunk = k_default_chunk_tokens;
   std::uint32_t parallel = 4;              // sequences per model decoded together (KV: context each)
   std::uint64_t kv_tokens = 0;             // KV pool tokens per model shared by its sequences; 0: context × parallel
   std::string kv_type = "f16";             // KV cache elements: f16, q8_0 (half the bytes) or f32

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "registry/served_model.h"
+#include "runtime/scheduler.h"
 
 namespace tandem::daemon {
 
@@ -21,7 +22,7 @@ struct engine_options {
   std::string chat_format;          // empty: from the model's template
   // Prompt tokens per forward pass (beside one decode token per running sequence); cancel is
   // checked between passes.
-  std::uint32_t prefill_chunk = 256;
+  std::uint32_t prefill_chunk = k_default_chunk_tokens;
   double stall_timeout_s = 300;     // a forward pass longer than this makes the model unhealthy; 0: never
   // These options under a model's own settings. Its own gpus without ratios get the plan's
   // balance: the global ratios are shares of the global device list.

@@ -31,9 +31,10 @@ std::string gpu_split::describe() const {
 
 namespace {
 
-// The plan's view of the cache a backend will hold.
-plan_options plan_options_for(const kv_cache_config& cache) {
+// The plan's view of the cache a backend will hold and of its largest forward pass.
+plan_options plan_options_for(const kv_cache_config& cache, uint32_t n_batch) {
   plan_options po;
+  po.n_batch = std::max<uint32_t>(1, n_batch);
   po.n_ctx = cache.n_ctx;
   po.n_seqs = cache.n_seq_max;
   po.n_kv_tokens = uint64_t{cache.n_blocks} * cache.block_size;
@@ -44,8 +45,9 @@ plan_options plan_options_for(const kv_cache_config& cache) {
 
 }  // namespace
 
-status check_gpu_fit(const model_desc& desc, const device_spec& device, const kv_cache_config& cache) {
-  plan_options po = plan_options_for(cache);
+status check_gpu_fit(const model_desc& desc, const device_spec& device, const kv_cache_config& cache,
+                     uint32_t n_batch) {
+  plan_options po = plan_options_for(cache, n_batch);
   po.devices = {device};
   auto plan = make_memory_plan(desc, po);
   if (!plan) return plan.err();
@@ -57,11 +59,11 @@ status check_gpu_fit(const model_desc& desc, const device_spec& device, const kv
 }
 
 result<gpu_split> plan_gpu_split(const model_desc& desc, const std::string& gpus, const std::string& ratios,
-                                 const std::string& split, const kv_cache_config& cache) {
+                                 const std::string& split, const kv_cache_config& cache, uint32_t n_batch) {
 #ifdef TANDEM_HAVE_CUDA_BACKEND
   auto reqs = parse_device_list(gpus);
   if (!reqs) return make_error("--gpus: ", reqs.message());
-  plan_options po = plan_options_for(cache);
+  plan_options po = plan_options_for(cache, n_batch);
   auto mode = parse_split_mode(split.empty() ? "layer" : split);
   if (!mode) return make_error("--split: ", mode.message());
   if (*mode == split_mode::none) return make_error("--split none runs on one GPU: use --gpu N instead of --gpus");
@@ -127,7 +129,7 @@ namespace {
 result<std::unique_ptr<backend>> build_backend(const model_desc& desc, const instance_options& opt,
                                               const file_source& file) {
   if (!opt.gpus.empty()) {
-    auto split = plan_gpu_split(desc, opt.gpus, opt.ratios, opt.split, opt.cache);
+    auto split = plan_gpu_split(desc, opt.gpus, opt.ratios, opt.split, opt.cache, opt.n_batch);
     if (!split) return split.err();
 #ifdef TANDEM_HAVE_CUDA_BACKEND
     cuda_backend_options co;
@@ -154,7 +156,8 @@ result<std::unique_ptr<backend>> build_backend(const model_desc& desc, const ins
   device_request rq;
   rq.cuda_id = opt.gpu;
   rq.text = std::to_string(opt.gpu);
-  TANDEM_TRY(check_gpu_fit(desc, measured_device(rq, mem->name, mem->total_bytes, mem->free_bytes), opt.cache));
+  TANDEM_TRY(check_gpu_fit(desc, measured_device(rq, mem->name, mem->total_bytes, mem->free_bytes), opt.cache,
+                               opt.n_batch));
   cuda_backend_options co;
   co.device = opt.gpu;
   co.progress = opt.progress;

@@ -25,6 +25,7 @@ struct instance_options {
   std::string split;       // with gpus: "layer" (default; layer ranges) or "tensor" (every layer cut)
   unsigned n_threads = 0;  // CPU backend: 0 = all cores
   kv_cache_config cache;   // n_ctx 0: the model's training context
+  uint32_t n_batch = 512;  // most tokens in one forward pass: the plan counts their activations
   bool ctx_within_training = false;  // also cap a larger n_ctx at the model's training context
   // Where the load reports the weight bytes placed so far (GPU uploads; a CPU load places its
   // mapping at once); must outlive the open. nullptr: not reported.
@@ -51,10 +52,11 @@ void fill_cuda_options(const gpu_split& split, cuda_backend_options& out);
 
 // Whether the whole model and `cache` fit one device as the memory plan counts them: an error
 // naming the bytes needed and free when not. What a single-GPU load checks before allocating.
-status check_gpu_fit(const model_desc& desc, const device_spec& device, const kv_cache_config& cache);
+status check_gpu_fit(const model_desc& desc, const device_spec& device, const kv_cache_config& cache,
+                     uint32_t n_batch);
 
 result<gpu_split> plan_gpu_split(const model_desc& desc, const std::string& gpus, const std::string& ratios,
-                                 const std::string& split, const kv_cache_config& cache);
+                                 const std::string& split, const kv_cache_config& cache, uint32_t n_batch);
 
 // The backend `opt` asks for (CPU, or CUDA device opt.gpu), holding desc's weights; `file`, the
 // mapped file desc is bound to, lets a GPU upload read the weights with pread().

@@ -38,6 +38,8 @@ result<std::unique_ptr<serving_session>> serving_session::open(const std::string
   opt.instance.cache.n_seq_max = std::max<uint32_t>(1, opt.parallel);
   opt.instance.cache.n_blocks = pool_blocks(opt);
   opt.instance.ctx_within_training = true;
+  // A pass carries a prompt chunk beside one decode token per sequence.
+  opt.instance.n_batch = opt.schedule.chunk_tokens + opt.instance.cache.n_seq_max;
   auto inst = model_instance::open(path, opt.instance);
   if (!inst) return make_error(path, ": ", inst.message());
   auto tok = tokenizer::from_gguf((*inst)->file());

@@ -62,11 +62,11 @@ TEST(gpu_split, bad_split_is_refused_by_name) {
   ASSERT_TRUE(m.ok()) << m.message();
   kv_cache_config cache;
   cache.n_ctx = 64;
-  auto r = plan_gpu_split((*m)->desc, "0,1", "", "rows", cache);
+  auto r = plan_gpu_split((*m)->desc, "0,1", "", "rows", cache, 512);
   ASSERT_FALSE(r.ok());
 #ifdef TANDEM_HAVE_CUDA_BACKEND
   EXPECT_NE(r.message().find("unknown split 'rows'"), std::string::npos) << r.message();
-  r = plan_gpu_split((*m)->desc, "0,1", "", "none", cache);
+  r = plan_gpu_split((*m)->desc, "0,1", "", "none", cache, 512);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.message().find("--split none"), std::string::npos) << r.message();
 #else
@@ -89,7 +89,7 @@ TEST(gpu_fit, one_device_too_small_is_refused_with_the_sizes) {
   device_request small;
   small.bytes = 600ull << 20;
   small.text = "600MiB";
-  auto r = check_gpu_fit((*m)->desc, sized_device(small), cache);
+  auto r = check_gpu_fit((*m)->desc, sized_device(small), cache, 512);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.message().find("does not fit GPU 600MiB"), std::string::npos) << r.message();
   EXPECT_NE(r.message().find("needs "), std::string::npos) << r.message();
@@ -98,7 +98,7 @@ TEST(gpu_fit, one_device_too_small_is_refused_with_the_sizes) {
   // A larger cache is counted: a context that fits 4 GiB alone does not once the cache is huge.
   cache.n_ctx = 1u << 24;
   cache.n_seq_max = 64;
-  auto huge = check_gpu_fit((*m)->desc, sized_device(big), cache);
+  auto huge = check_gpu_fit((*m)->desc, sized_device(big), cache, 512);
   EXPECT_FALSE(huge.ok());
   if (!huge.ok()) {
     EXPECT_NE(huge.message().find("KV cache"), std::string::npos) << huge.message();
