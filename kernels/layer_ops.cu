@@ -176,6 +176,18 @@ __global__ void rope_kernel(float* x, const int32_t* __restrict__ pos, int n_tok
   }
 }
 
+// One thread per (token, pair), rope_kernel's arithmetic.
+__global__ void rope_table_kernel(const int32_t* __restrict__ pos, int n_tok, int rope_dim, float theta, float* rot) {
+  const int half = rope_dim / 2;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= static_cast<int64_t>(n_tok) * half) return;
+  const int t = static_cast<int>(item / half), i = static_cast<int>(item % half);
+  const double freq = pow(static_cast<double>(theta), -2.0 * i / rope_dim);
+  const double angle = static_cast<double>(pos[t]) * freq;
+  reinterpret_cast<float2*>(rot + static_cast<int64_t>(t) * rope_dim)[i] =
+      make_float2(static_cast<float>(cos(angle)), static_cast<float>(sin(angle)));
+}
+
 __global__ void swiglu_kernel(const float* gate, const float* __restrict__ up, float* out, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -351,6 +363,16 @@ cudaError_t launch_rope(float* x, const int32_t* pos, int n_tok, int n_heads, in
   if (items == 0) return cudaSuccess;
   rope_kernel<<<static_cast<unsigned>((items + k_threads - 1) / k_threads), k_threads, 0, stream>>>(
       x, pos, n_tok, n_heads, head_dim, rope_dim, theta, neox);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rope_table(const int32_t* pos, int n_tok, int rope_dim, float theta, float* rot,
+                              cudaStream_t stream) {
+  if (n_tok < 0 || rope_dim <= 0 || rope_dim % 2 != 0) return cudaErrorInvalidValue;
+  const int64_t items = static_cast<int64_t>(n_tok) * (rope_dim / 2);
+  if (items == 0) return cudaSuccess;
+  rope_table_kernel<<<static_cast<unsigned>((items + k_threads - 1) / k_threads), k_threads, 0, stream>>>(
+      pos, n_tok, rope_dim, theta, rot);
   return cudaGetLastError();
 }
 

@@ -21,6 +21,12 @@ cudaError_t launch_rms_norm(const float* x, const float* w, float* out, int64_t 
 cudaError_t launch_rope(float* x, const int32_t* pos, int n_tok, int n_heads, int head_dim, int rope_dim,
                         float theta, bool neox, cudaStream_t stream);
 
+// The rotations launch_rope applies, as a table: rot + t * rope_dim holds (cos, sin) of each pair
+// of token t, in the layout of the CPU's rope_rotations and of qk_rope_store_args::rot. A prefill
+// pass computes it once for all its layers' fused norm + RoPE + store launches.
+cudaError_t launch_rope_table(const int32_t* pos, int n_tok, int rope_dim, float theta, float* rot,
+                              cudaStream_t stream);
+
 // launch_rms_norm that also writes the int8 copy of out that the decode mat-vec reads
 // (matvec_x_parts(matvec_work, n, n_rows)), so a following launch_matvec_jobs with x_quantized
 // skips its own pass. n % 32 == 0, 1 <= n_rows <= k_matvec_max_tokens. Starts as a programmatic

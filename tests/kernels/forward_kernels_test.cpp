@@ -77,13 +77,14 @@ TEST(layer_ops, rms_norm_rope_swiglu) {
 // The fused decode step (per-head RMSNorm, RoPE, K/V store) against the CPU's rms_norm and rope
 // (1e-5, as the separate kernels) and, for the stored rows, the CPU's own conversion of the
 // values the kernel produced: f16 / f32 / q8_0 bytes must match exactly. Rotations computed on
-// the GPU and taken from the host's table (rope_rotations, as the decode step passes them).
+// the GPU per row, taken from the host's table (rope_rotations, as the decode step passes them)
+// and from launch_rope_table's (as a prefill pass makes it).
 TEST(layer_ops, qk_rope_store_matches_cpu) {
   REQUIRE_GPU();
   for (ggml_type ct : {ggml_type::f16, ggml_type::f32, ggml_type::q8_0})
     for (int D : {64, 128})
-      for (int mode = 0; mode < 3; ++mode) {  // no norm; norm; norm with the host's rotation table
-        const bool norm = mode > 0, table = mode == 2;
+      for (int mode = 0; mode < 4; ++mode) {  // no norm; norm; norm with the host's / the GPU's table
+        const bool norm = mode > 0, table = mode >= 2;
         const int T = 3, Hq = 4, Hkv = 2, rope_dim = D == 64 ? 48 : D, n_slots = 11;
         const bool neox = norm;  // both styles, each with and without the norm
         const auto q = randoms(size_t(T) * Hq * D, 61), k = randoms(size_t(T) * Hkv * D, 62),
@@ -97,6 +98,11 @@ TEST(layer_ops, qk_rope_store_matches_cpu) {
         std::vector<float> rot(size_t(T) * rope_dim);
         for (int t = 0; t < T; ++t) rope_rotations(pos[t], rope_dim, 1e6f, rot.data() + size_t(t) * rope_dim);
         dev<float> drot(rot);
+        if (mode == 3) {  // launch_rope_table, as a prefill pass computes it: the host's floats within an ulp
+          ASSERT_EQ(launch_rope_table(dpos.p, T, rope_dim, 1e6f, drot.p, nullptr), cudaSuccess);
+          const auto g = drot.host();
+          for (size_t i = 0; i < rot.size(); ++i) ASSERT_NEAR(g[i], rot[i], 1.2e-7f * std::fabs(rot[i]) + 1e-30f) << i;
+        }
         qk_rope_store_args a;
         a.q = dq.p, a.k = dk.p, a.v = dv.p, a.q_norm = norm ? dqn.p : nullptr, a.k_norm = norm ? dkn.p : nullptr;
         a.eps = 1e-6f, a.pos = dpos.p, a.n_tok = T, a.n_head = Hq, a.n_head_kv = Hkv, a.head_dim = D;

@@ -26,6 +26,12 @@ namespace {
 
 constexpr int64_t k_weight_tile_elems = 64ll << 20;  // fp16 weight elements dequantized at once
 
+// Whether launch_qk_rope_store takes this model's heads (else the separate norm, RoPE and store).
+bool fused_rope_fits(const hparams& hp) {
+  return hp.n_head > 0 && hp.n_head_kv > 0 && hp.head_dim >= 32 && hp.head_dim <= 256 && hp.head_dim % 32 == 0 &&
+         hp.rope_dim > 0 && hp.rope_dim % 2 == 0 && hp.rope_dim <= hp.head_dim;
+}
+
 }  // namespace
 
 cuda_backend::cuda_backend(const model_desc& desc, std::unique_ptr<cuda_context> ctx, const weight_range& range)
@@ -212,6 +218,12 @@ status cuda_backend::enqueue(cuda_kv_cache& cache, bool argmax) {
   TANDEM_TRY(mark("batch upload"));
   const auto& hp = hp_;
   const int T = plan_.n_tok;
+  // Decode steps bring their rotations in the upload; a prefill pass computes them here, once for
+  // all layers (several kernels ahead of the first that reads them before its pdl_wait).
+  rot_ready_ = plan_.off_rot == 0 && fused_rope_fits(hp) && T > 0;
+  if (rot_ready_)
+    TANDEM_CUDA_TRY(launch_rope_table(dev_ints(plan_.off_pos), T, int(hp.rope_dim), hp.rope_theta,
+                                      rot_.get<float>(), s));
   // Later stages of a layer split find x_ filled by the hand-over copy instead.
   if (range_.embedding)
     TANDEM_CUDA_TRY(launch_get_rows(w_.token_embd.type, w_.token_embd.data, w_.token_embd.row_bytes,
@@ -246,6 +258,7 @@ status cuda_backend::ensure_scratch(int n) {
   TANDEM_TRY(tmp_.alloc(T * E * f));
   TANDEM_TRY(q_.alloc(T * QD * f));
   TANDEM_TRY(att_.alloc(T * QD * f));
+  if (fused_rope_fits(hp)) TANDEM_TRY(rot_.alloc(T * hp.rope_dim * f));
   TANDEM_TRY(k_.alloc(T * KD * f));
   TANDEM_TRY(v_.alloc(T * KD * f));
   TANDEM_TRY(gate_.alloc(T * F * f));
@@ -431,9 +444,9 @@ status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
   }
   const bool neox = desc_.arch->flags.rope == rope_style::neox;
   const int32_t* pos = dev_ints(plan_.off_pos);
-  // Decode steps, a decode batch included: norms, RoPE and the KV store as one launch (five
-  // launches a layer cost a 16-sequence step ~1 ms, launch-bound).
-  if (plan_.off_rot != 0) {
+  // Norms, RoPE and the KV store as one launch: five launches a layer cost a 16-sequence decode
+  // step ~1 ms (launch-bound), and a 2048-token prefill pass ~90 us a layer (five passes over q).
+  if (plan_.off_rot != 0 || rot_ready_) {
     qk_rope_store_args a;
     a.q = q, a.k = k, a.v = v;
     a.q_norm = L.q_norm, a.k_norm = L.q_norm ? L.k_norm : nullptr, a.eps = hp.rms_eps;
@@ -441,7 +454,7 @@ status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
     a.rope_dim = int(hp.rope_dim), a.theta = hp.rope_theta, a.neox = neox;
     a.k_cache = cache.k_layer(il), a.v_cache = cache.v_layer(il), a.cache_type = cache.config().type;
     a.slots = dev_ints(plan_.off_slots);
-    a.rot = reinterpret_cast<const float*>(dev_ints(plan_.off_rot));
+    a.rot = rot_ready_ ? rot_.get<float>() : reinterpret_cast<const float*>(dev_ints(plan_.off_rot));
     TANDEM_CUDA_TRY(launch_qk_rope_store(a, s));
   } else {
     if (L.q_norm) {

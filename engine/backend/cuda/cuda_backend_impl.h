@@ -131,6 +131,10 @@ class cuda_backend final : public cuda_stage {
   // Activations: residual x, normed xn, q/k/v, attention output, tmp, FFN gate/up, fp16 copies.
   device_buffer x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, xh_, xo_, logits_;
   device_buffer weight_tile_, attn_work_;
+  // Prefill passes: the step's RoPE rotations per token (launch_rope_table), which every
+  // attention layer's fused norm + RoPE + store reads; rot_ready_ when this step computed them.
+  device_buffer rot_;
+  bool rot_ready_ = false;
   device_buffer matvec_work_;  // int8 copy of a mat-vec's x (launch_matvec's workspace)
   device_buffer qgemm_work_;   // the decode-batch GEMM's partial sums (kernels/qgemm.h)
   size_t qgemm_floats_ = 0;    // their floats per token for this device's largest need

@@ -84,7 +84,7 @@ TEST(gpu_fit, one_device_too_small_is_refused_with_the_sizes) {
   device_request big;
   big.bytes = 4ull << 30;
   big.text = "4GiB";
-  EXPECT_TRUE(check_gpu_fit((*m)->desc, sized_device(big), cache).ok());
+  EXPECT_TRUE(check_gpu_fit((*m)->desc, sized_device(big), cache, 512).ok());
   // The CUDA context estimate and the margin alone exceed 600 MiB.
   device_request small;
   small.bytes = 600ull << 20;
