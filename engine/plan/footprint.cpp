@@ -306,6 +306,7 @@ uint64_t activation_bytes(const model_desc& desc, const plan_options& opt, const
   const uint64_t T = opt.n_batch, E = hp.n_embd, f = sizeof(float), L = opt.n_logits;
   uint64_t act = 3 * alloc(T * E * f) + 2 * alloc(T * d.QD * f) + 2 * alloc(T * d.KD * f) + 2 * alloc(T * d.F * f) +
                  alloc(T * std::max({E, d.QD, d.F, d.V}) * sizeof(uint16_t));
+  act += alloc(T * hp.rope_dim * f);  // a prefill pass's RoPE rotations
   if (desc.hp.hybrid()) act += alloc(T * 2 * d.QD * f) + alloc(T * d.QD * f);
   act += 2 * alloc(T * d.C * f) + 3 * alloc(T * d.V * f) + alloc(2 * T * d.dn_v * f) + alloc(T * d.dn_v * f);
   // The packed per-batch integers: tokens, positions (twice), slots, tables, outputs, block tables.

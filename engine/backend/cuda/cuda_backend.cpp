@@ -258,7 +258,7 @@ status cuda_backend::ensure_scratch(int n) {
   TANDEM_TRY(tmp_.alloc(T * E * f));
   TANDEM_TRY(q_.alloc(T * QD * f));
   TANDEM_TRY(att_.alloc(T * QD * f));
-  if (fused_rope_fits(hp)) TANDEM_TRY(rot_.alloc(T * hp.rope_dim * f));
+  TANDEM_TRY(rot_.alloc(T * hp.rope_dim * f));
   TANDEM_TRY(k_.alloc(T * KD * f));
   TANDEM_TRY(v_.alloc(T * KD * f));
   TANDEM_TRY(gate_.alloc(T * F * f));

@@ -214,8 +214,9 @@ TEST(Plan, SplitNoneMatchesHandComputation) {
   // K and V: 256 slots × 2 KV heads × 64 × 2 bytes per layer, 2 layers each.
   EXPECT_EQ(u.kv_cache, 2 * (2 * 256 * 2 * 64 * 2));
   // x, xn, tmp: 3·512·256·4; q, att: 2·512·256·4; k, v: 2·512·128·4; gate, up: 2·512·512·4;
-  // xh: 512·512·2; ints: (5·512 + 1 + 16 blocks rounded to 32)·4; xo 256·4, logits 512·4, ids 4.
-  EXPECT_EQ(u.activations, 1572864 + 1048576 + 524288 + 2097152 + 524288 + 10372 + 1024 + 2048 + 4);
+  // xh: 512·512·2; RoPE rotations 512·64·4; ints: (5·512 + 1 + 16 blocks rounded to 32)·4; xo
+  // 256·4, logits 512·4, ids 4.
+  EXPECT_EQ(u.activations, 1572864 + 1048576 + 524288 + 2097152 + 524288 + 131072 + 10372 + 1024 + 2048 + 4);
   // Tile: largest matrix (gate, 131072 elements) in fp16. Mat-vec int8 x of 512 inputs × 8
   // tokens + 16 scales × 8 float2. Paged partials 1024 pairs · 32 · 66 floats. Prefill attention
   // (the flash kernel) keeps its tiles in shared memory: no buffer.
@@ -440,8 +441,8 @@ TEST(PlanHybrid, SplitNoneMatchesHandComputation) {
   // As the plain model (see Plan.SplitNoneMatchesHandComputation, same E/F/heads, xh now 512·512·2)
   // plus gated attention's qg 512·512·4 and gate 512·256·4, the DeltaNet's qkv and conv output
   // 2·512·256·4, z, o, y 3·512·128·4, b 512·8·4 (room for b and a side by side) and a 512·4·4,
-  // and 4 ints of one run.
-  const uint64_t plain = 1572864 + 1048576 + 524288 + 2097152 + 524288 + 1024 + 2048 + 4;
+  // and 4 ints of one run; RoPE rotations 512·32·4.
+  const uint64_t plain = 1572864 + 1048576 + 524288 + 2097152 + 524288 + 65536 + 1024 + 2048 + 4;
   EXPECT_EQ(u.activations, plain + (2560 + 1 + 32 + 4) * 4 + 1048576 + 524288 + 1048576 + 786432 + 24576);
   // The workspace is the plain model's: the same largest matrix, widths, heads and batch.
   EXPECT_EQ(u.workspace, 262144 + 5120 + 8650752);
