@@ -144,4 +144,18 @@ cudaError_t launch_moe_gemm(ggml_type t, const moe_matvec_output* outs, int n_ou
                             moe_rows y_rows, int n_tok, int k, const int32_t* offsets, const int32_t* perm,
                             const int32_t* tile_offsets, void* work, cudaStream_t stream);
 
+// launch_moe_gemm of gate and up (gate_up[0], gate_up[1]: one type and shape, sharing x), then
+// SwiGLU: gate_up[0].y[row_y(r)][o] = silu(G) · U with launch_swiglu's float arithmetic
+// (g / (1 + expf(-g)) · u) on the products launch_moe_gemm would store, so the result is bitwise
+// launch_moe_gemm(gate_up, 2, ...) followed by launch_swiglu(g, u, g, ...). Q4_K and Q6_K on
+// sm_80+ (the fragment blocks, kernels/qgemm_frag.h; not under TANDEM_MOE_GEMM_WMMA=1 or
+// TANDEM_QGEMM_WMMA=1) do it in one launch that writes h only, never gate_up[1].y; elsewhere
+// gate and up are stored and launch_swiglu follows, with gate_up[1].y as the up products'
+// scratch: it must hold n_tok * k rows of n_out and is left unspecified. Rows of h not in any
+// group are unspecified. Requirements and errors as launch_moe_gemm's.
+cudaError_t launch_moe_gemm_swiglu(ggml_type t, const moe_matvec_output* gate_up, size_t expert_stride_bytes,
+                                   int n_expert, int64_t n_in, int64_t n_out, const float* x, moe_rows x_rows,
+                                   moe_rows y_rows, int n_tok, int k, const int32_t* offsets, const int32_t* perm,
+                                   const int32_t* tile_offsets, void* work, cudaStream_t stream);
+
 }  // namespace tandem

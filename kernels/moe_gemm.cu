@@ -3,6 +3,8 @@
 // inside the kernel; the tile schedule is read on the device (no host sync). Quantized experts
 // whose n_in is a multiple of 128 (every Qwen MoE) take the decode-batch GEMM's pipelined blocks
 // (launch_qgemm_grouped); the kernel here serves the rest (f32 / f16 experts, other widths).
+// launch_moe_gemm_swiglu: gate and up with SwiGLU in the fragment blocks' epilogue where they
+// serve, else the two products and launch_swiglu.
 #include <cuda_fp16.h>
 #include <mma.h>
 
@@ -10,11 +12,13 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "kernels/layer_ops.h"
 #include "kernels/moe.h"
 #include "kernels/moe_tiles.cuh"
 #include "kernels/quant_blocks.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/qgemm.h"
+#include "kernels/qgemm_frag.h"
 
 namespace tandem {
 namespace {
@@ -207,58 +211,132 @@ int64_t moe_gemm_max_row_tiles(int64_t n_pairs, int n_expert) {
   return n_pairs / BM + std::min<int64_t>(n_expert, n_pairs);
 }
 
+namespace {
+
+// One call's arguments (launch_moe_gemm's).
+struct gemm_call {
+  ggml_type t;
+  const moe_matvec_output* outs;
+  int n_outs;
+  size_t stride;
+  int n_expert;
+  int64_t n_in, n_out;
+  const float* x;
+  moe_rows x_rows, y_rows;
+  int n_tok, k;
+  const int32_t *offsets, *perm, *tiles;
+  void* work;
+  int64_t n_pairs() const { return int64_t{n_tok} * k; }
+  unsigned row_tiles() const { return static_cast<unsigned>(moe_gemm_max_row_tiles(n_pairs(), n_expert)); }
+  const uint16_t* x16() const { return static_cast<const uint16_t*>(work); }
+};
+
+cudaError_t check(const gemm_call& c) {
+  if (!gpu_can_moe_gemm(c.t) || !c.outs || c.n_outs < 1 || c.n_outs > k_moe_max_outputs || c.n_expert < 1 ||
+      c.n_expert > k_moe_max_experts || c.n_in <= 0 || c.n_in % 32 != 0 || c.n_in % type_info(c.t).block_size != 0 ||
+      c.n_out < 1 || c.n_tok < 0 || c.k < 1 || c.k > k_moe_max_k || c.n_pairs() > 0x7fffffff ||
+      c.y_rows == moe_rows::by_token || !c.offsets || !c.tiles || (c.n_tok > 0 && (!c.perm || !c.work || !c.x)))
+    return cudaErrorInvalidValue;
+  for (int i = 0; i < c.n_outs; ++i) {
+    if (!c.outs[i].w || !c.outs[i].y) return cudaErrorInvalidValue;
+    if (!aligned(c.outs[i].w, 16)) return cudaErrorMisalignedAddress;
+  }
+  if (c.stride % 16 != 0 || !aligned(c.x, 16) || !aligned(c.work, 16)) return cudaErrorMisalignedAddress;
+  if (moe_gemm_max_row_tiles(c.n_pairs(), c.n_expert) > 65535 || (c.n_out + BN - 1) / BN > 0x7fffffff)
+    return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+// x to fp16 into work, the operand of every path.
+cudaError_t convert_x(const gemm_call& c, cudaStream_t s) {
+  const int64_t n_x_rows = c.x_rows == moe_rows::by_token ? c.n_tok : c.n_pairs(), n4 = c.n_in * n_x_rows / 4;
+  return launch_pdl(to_f16_kernel, dim3(static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 65535))), dim3(256),
+                    s, c.x, static_cast<__half*>(c.work), n4);
+}
+
+// TANDEM_MOE_GEMM_WMMA=1 keeps every type on the kernel here: the before/after of the
+// pipelined blocks in one run (docs/PERFORMANCE.md).
+bool wmma_only() {
+  static const bool v = [] {
+    const char* e = std::getenv("TANDEM_MOE_GEMM_WMMA");
+    return e && e[0] == '1';
+  }();
+  return v;
+}
+
+static_assert(k_moe_gemm_rows == k_qgemm_max_tokens && k_moe_max_outputs <= k_qgemm_max_sets &&
+                  int(moe_rows::by_token) == int(qgemm_rows::by_token) &&
+                  int(moe_rows::by_pair) == int(qgemm_rows::by_pair) &&
+                  int(moe_rows::grouped) == int(qgemm_rows::grouped),
+              "launch_qgemm_grouped's tiles, sets and rows are launch_moe_gemm's");
+
+// The products of every set, stored (x already converted).
+cudaError_t launch_sets(const gemm_call& c, cudaStream_t s) {
+  if (!wmma_only() && gpu_can_qgemm_grouped(c.t, c.n_in)) {
+    const void* w[k_moe_max_outputs];
+    float* y[k_moe_max_outputs];
+    for (int i = 0; i < c.n_outs; ++i) w[i] = c.outs[i].w, y[i] = c.outs[i].y;
+    return launch_qgemm_grouped(c.t, w, y, c.n_outs, c.stride, c.n_expert, c.n_in, c.n_out, c.x16(),
+                                static_cast<qgemm_rows>(c.x_rows), static_cast<qgemm_rows>(c.y_rows), c.k, c.offsets,
+                                c.perm, c.tiles, c.row_tiles(), s);
+  }
+  gemm_params p{};
+  for (int i = 0; i < c.n_outs; ++i) p.w[i] = static_cast<const uint8_t*>(c.outs[i].w), p.y[i] = c.outs[i].y;
+  p.stride = static_cast<int64_t>(c.stride), p.n_in = c.n_in, p.n_out = c.n_out;
+  p.row_bytes = static_cast<int64_t>(*row_bytes(c.t, static_cast<uint64_t>(c.n_in)));
+  p.x16 = reinterpret_cast<const __half*>(c.work);
+  p.x_rows = static_cast<int>(c.x_rows), p.y_rows = static_cast<int>(c.y_rows), p.k = c.k, p.n_expert = c.n_expert;
+  p.offsets = c.offsets, p.perm = c.perm, p.tiles = c.tiles;
+  const dim3 grid(static_cast<unsigned>((c.n_out + BN - 1) / BN), c.row_tiles(), static_cast<unsigned>(c.n_outs));
+  return launch_of(c.t, p, grid, s);
+}
+
+// Where launch_qgemm_grouped would take the fragment blocks, which have the fused form.
+bool fuses_swiglu(const gemm_call& c) {
+  return !wmma_only() && gpu_can_qgemm_grouped(c.t, c.n_in) && qgemm_frag_serves(c.t);
+}
+
+cudaError_t launch_fused_swiglu(const gemm_call& c, cudaStream_t s) {
+  qgemm_frag_grouped_args a{};
+  for (int i = 0; i < 2; ++i) a.w[i] = c.outs[i].w, a.y[i] = c.outs[i].y;
+  a.n_sets = 2, a.swiglu = true;
+  a.expert_stride = static_cast<int64_t>(c.stride), a.n_in = c.n_in, a.n_out = c.n_out;
+  a.row_bytes = static_cast<int64_t>(*row_bytes(c.t, static_cast<uint64_t>(c.n_in)));
+  a.x16 = c.x16(), a.x_rows = static_cast<qgemm_rows>(c.x_rows), a.y_rows = static_cast<qgemm_rows>(c.y_rows);
+  a.k = c.k, a.n_expert = c.n_expert;
+  a.offsets = c.offsets, a.perm = c.perm, a.tiles = c.tiles, a.row_tiles = c.row_tiles();
+  return launch_qgemm_frag_grouped(c.t, a, s);
+}
+
+}  // namespace
+
 cudaError_t launch_moe_gemm(ggml_type t, const moe_matvec_output* outs, int n_outs, size_t expert_stride_bytes,
                             int n_expert, int64_t n_in, int64_t n_out, const float* x, moe_rows x_rows,
                             moe_rows y_rows, int n_tok, int k, const int32_t* offsets, const int32_t* perm,
                             const int32_t* tile_offsets, void* work, cudaStream_t stream) {
-  if (!gpu_can_moe_gemm(t) || n_outs < 1 || n_outs > k_moe_max_outputs || n_expert < 1 ||
-      n_expert > k_moe_max_experts || n_in <= 0 || n_in % 32 != 0 || n_in % type_info(t).block_size != 0 ||
-      n_out < 1 || n_tok < 0 || k < 1 || k > k_moe_max_k || int64_t{n_tok} * k > 0x7fffffff ||
-      y_rows == moe_rows::by_token || !offsets || !tile_offsets || (n_tok > 0 && (!perm || !work || !x)))
-    return cudaErrorInvalidValue;
-  for (int i = 0; i < n_outs; ++i) {
-    if (!outs[i].w || !outs[i].y) return cudaErrorInvalidValue;
-    if (!aligned(outs[i].w, 16)) return cudaErrorMisalignedAddress;
-  }
-  if (expert_stride_bytes % 16 != 0 || !aligned(x, 16) || !aligned(work, 16)) return cudaErrorMisalignedAddress;
-  const int64_t n_pairs = int64_t{n_tok} * k;
-  if (n_pairs == 0) return cudaSuccess;
-  const int64_t n_x_rows = x_rows == moe_rows::by_token ? n_tok : n_pairs;
-  const int64_t row_tiles = moe_gemm_max_row_tiles(n_pairs, n_expert), col_tiles = (n_out + BN - 1) / BN;
-  if (row_tiles > 65535 || col_tiles > 0x7fffffff) return cudaErrorInvalidValue;
-  auto* x16 = static_cast<__half*>(work);
-  const int64_t n4 = n_in * n_x_rows / 4;
-  cudaError_t e = launch_pdl(to_f16_kernel, dim3(static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 65535))),
-                             dim3(256), stream, x, x16, n4);
+  const gemm_call c{t, outs, n_outs, expert_stride_bytes, n_expert, n_in, n_out, x,
+                    x_rows, y_rows, n_tok, k, offsets, perm, tile_offsets, work};
+  cudaError_t e = check(c);
+  if (e != cudaSuccess || c.n_pairs() == 0) return e;
+  e = convert_x(c, stream);
+  return e != cudaSuccess ? e : launch_sets(c, stream);
+}
+
+cudaError_t launch_moe_gemm_swiglu(ggml_type t, const moe_matvec_output* gate_up, size_t expert_stride_bytes,
+                                   int n_expert, int64_t n_in, int64_t n_out, const float* x, moe_rows x_rows,
+                                   moe_rows y_rows, int n_tok, int k, const int32_t* offsets, const int32_t* perm,
+                                   const int32_t* tile_offsets, void* work, cudaStream_t stream) {
+  const gemm_call c{t, gate_up, 2, expert_stride_bytes, n_expert, n_in, n_out, x,
+                    x_rows, y_rows, n_tok, k, offsets, perm, tile_offsets, work};
+  cudaError_t e = check(c);
+  if (e == cudaSuccess && gate_up[0].y == gate_up[1].y) e = cudaErrorInvalidValue;
+  if (e != cudaSuccess || c.n_pairs() == 0) return e;
+  e = convert_x(c, stream);
   if (e != cudaSuccess) return e;
-  static_assert(k_moe_gemm_rows == k_qgemm_max_tokens && k_moe_max_outputs <= k_qgemm_max_sets &&
-                    int(moe_rows::by_token) == int(qgemm_rows::by_token) &&
-                    int(moe_rows::by_pair) == int(qgemm_rows::by_pair) && int(moe_rows::grouped) == int(qgemm_rows::grouped),
-                "launch_qgemm_grouped's tiles, sets and rows are launch_moe_gemm's");
-  // TANDEM_MOE_GEMM_WMMA=1 keeps every type on the kernel here: the before/after of the
-  // pipelined blocks in one run (docs/PERFORMANCE.md).
-  static const bool wmma_only = [] {
-    const char* v = std::getenv("TANDEM_MOE_GEMM_WMMA");
-    return v && v[0] == '1';
-  }();
-  if (!wmma_only && gpu_can_qgemm_grouped(t, n_in)) {
-    const void* w[k_moe_max_outputs];
-    float* y[k_moe_max_outputs];
-    for (int i = 0; i < n_outs; ++i) w[i] = outs[i].w, y[i] = outs[i].y;
-    return launch_qgemm_grouped(t, w, y, n_outs, expert_stride_bytes, n_expert, n_in, n_out,
-                                reinterpret_cast<const uint16_t*>(x16), static_cast<qgemm_rows>(x_rows),
-                                static_cast<qgemm_rows>(y_rows), k, offsets, perm, tile_offsets,
-                                static_cast<unsigned>(row_tiles), stream);
-  }
-  gemm_params p{};
-  for (int i = 0; i < n_outs; ++i) p.w[i] = static_cast<const uint8_t*>(outs[i].w), p.y[i] = outs[i].y;
-  p.stride = static_cast<int64_t>(expert_stride_bytes), p.n_in = n_in, p.n_out = n_out;
-  p.row_bytes = static_cast<int64_t>(*row_bytes(t, static_cast<uint64_t>(n_in)));
-  p.x16 = x16;
-  p.x_rows = static_cast<int>(x_rows), p.y_rows = static_cast<int>(y_rows), p.k = k, p.n_expert = n_expert;
-  p.offsets = offsets, p.perm = perm, p.tiles = tile_offsets;
-  const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles), static_cast<unsigned>(n_outs));
-  return launch_of(t, p, grid, stream);
+  if (fuses_swiglu(c)) return launch_fused_swiglu(c, stream);
+  e = launch_sets(c, stream);
+  float *g = gate_up[0].y, *u = gate_up[1].y;
+  return e != cudaSuccess ? e : launch_swiglu(g, u, g, c.n_pairs() * n_out, stream);
 }
 
 }  // namespace tandem

@@ -60,10 +60,13 @@ struct frag_geom {
 // j) is row i / C, chunk i % C of it, so a warp's copies are contiguous; rows past n_out repeat
 // the last, bytes past the matrix's end are never read. Thread i copies x's column chunk
 // i % 32 of token rows i / 32, + W, ..: x row rows[r] (a grouped tile's gathered rows; -1:
-// zeros) or r (zeros from n_tok).
-template <class G, int NT8>
+// zeros) or r (zeros from n_tok). Pair (the fused SwiGLU): each half of the threads fills its
+// half of the tile, rows n0 .. n0 + BN / 2 - 1 of its own matrix w (gate for the first half, up
+// for the second), so that a thread holds one matrix pointer as in the unfused blocks.
+template <class G, int NT8, bool Pair = false>
 struct stage_copy {
-  static constexpr int J = (G::BN * G::C + G::threads - 1) / G::threads, x_rows = (8 * NT8 + G::warps - 1) / G::warps;
+  static constexpr int copiers = Pair ? G::threads / 2 : G::threads, rows_per_mat = Pair ? G::BN / 2 : G::BN;
+  static constexpr int J = (rows_per_mat * G::C + copiers - 1) / copiers, x_rows = (8 * NT8 + G::warps - 1) / G::warps;
   const uint8_t *w, *w_end;
   int64_t row_bytes, n_in;
   const uint16_t* x;
@@ -77,16 +80,19 @@ struct stage_copy {
         n_tok(n_tok_), tok0(threadIdx.x / 32), ch(threadIdx.x % 32) {
 #pragma unroll
     for (int j = 0; j < J; ++j) {
-      const int i = threadIdx.x + G::threads * j;
-      row[j] = i < G::BN * G::C ? static_cast<int>(min(n0 + i / G::C, n_out - 1)) : -1;
+      const int i = first() + copiers * j;
+      row[j] = i < rows_per_mat * G::C ? static_cast<int>(min(n0 + i / G::C, n_out - 1)) : -1;
     }
   }
+  // This thread's first chunk within its matrix's rows.
+  static __device__ __forceinline__ int first() { return Pair ? threadIdx.x % copiers : threadIdx.x; }
   // Weight bytes of 256-column block kb into stage st.
   __device__ __forceinline__ void weights(int64_t kb, uint8_t* st) const {
+    if (Pair && threadIdx.x >= copiers) st += rows_per_mat * G::P;
 #pragma unroll
     for (int j = 0; j < J; ++j) {
       if (row[j] < 0) break;
-      const int i = threadIdx.x + G::threads * j, c = i % G::C;
+      const int i = first() + copiers * j, c = i % G::C;
       const uint8_t* a = w + row[j] * row_bytes + kb * G::span;
       const auto* chunk = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t{15}) + 16 * c;
       if (chunk < a + G::span)
@@ -254,8 +260,8 @@ __device__ __forceinline__ void block_products(const uint8_t* blk_a, const uint8
 
 // The K loop over blocks kb0 .. kb0 + nkb - 1, from the S stages already copied (each its own
 // cp.async group): acc of this thread's rows ra, ra + 8 (row pointers base_a, base_b).
-template <class D, int NT8, class G>
-__device__ __forceinline__ void k_loop(const stage_copy<G, NT8>& copy, uint8_t* dyn, int64_t kb0, int nkb, int ra,
+template <class D, int NT8, class G, bool Pair>
+__device__ __forceinline__ void k_loop(const stage_copy<G, NT8, Pair>& copy, uint8_t* dyn, int64_t kb0, int nkb, int ra,
                                        uintptr_t base_a, uintptr_t base_b, float (&acc)[NT8][4]) {
   constexpr int S = G::S;
   const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
@@ -323,14 +329,47 @@ __global__ void __launch_bounds__(frag_geom<typename D::type, W, NT8>::threads,
 #endif
 }
 
+// The fused SwiGLU's epilogue (8 warps): warps 4-7 hold up's products at the (row, token)
+// positions where warps 0-3 hold gate's, lane for lane; they pass them through shared memory
+// (every stage has been read), and warps 0-3 turn theirs into h with the expression of
+// launch_swiglu (kernels/layer_ops.cu), so h has the bits of the unfused GEMM then launch_swiglu
+// (tests/kernels/moe_test.cpp compares them). Returns whether this thread holds h.
+template <int NT8>
+__device__ __forceinline__ bool swiglu_combine(float (&acc)[NT8][4], uint8_t* dyn) {
+  constexpr int half = 128;  // threads of each matrix
+  float* up = reinterpret_cast<float*>(dyn);
+  const int l = threadIdx.x % half;
+  __syncthreads();
+  if (threadIdx.x >= half) {
+#pragma unroll
+    for (int j = 0; j < NT8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) up[(4 * j + e) * half + l] = acc[j][e];
+  }
+  __syncthreads();
+  if (threadIdx.x >= half) return false;
+#pragma unroll
+  for (int j = 0; j < NT8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float g = acc[j][e];
+      acc[j][e] = g / (1.f + expf(-g)) * up[(4 * j + e) * half + l];
+    }
+  return true;
+}
+
 // Grouped (launch_qgemm_grouped): grid (tiles of BN rows, row tiles' upper bound, matrix sets);
 // a block's 64 token rows are one row tile of one expert, found on the device, and its
-// weights that expert's matrix; blocks past tiles[n_expert] exit.
-template <class D>
+// weights that expert's matrix; blocks past tiles[n_expert] exit. Swiglu: grid (tiles of BN / 2
+// rows, row tiles); warps 0-3 take gate's rows, warps 4-7 the same rows of up, each output's
+// products in the unfused blocks' order.
+template <class D, bool Swiglu>
 __global__ void __launch_bounds__(frag_geom<typename D::type, 8, 8>::threads, frag_geom<typename D::type, 8, 8>::min_blocks)
     qgemm_frag_grouped_kernel(qgemm_frag_grouped_args g) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using G = frag_geom<typename D::type, 8, 8>;
+  using copy_t = stage_copy<G, 8, Swiglu>;
+  static_assert(G::threads == 256 && 128 * 8 * 4 * sizeof(float) <= G::smem, "swiglu_combine's exchange");
   extern __shared__ __align__(128) uint8_t dyn[];
   __shared__ int src[64], dst[64];
   pdl_wait();  // the groups come from the kernel before
@@ -345,20 +384,26 @@ __global__ void __launch_bounds__(frag_geom<typename D::type, 8, 8>::threads, fr
     dst[threadIdx.x] = pair < 0 ? -1 : g.y_rows == qgemm_rows::by_pair ? pair : r;
   }
   __syncthreads();
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * G::BN, nkb = g.n_in / KB;
-  const auto* w = static_cast<const uint8_t*>(g.w[blockIdx.z]) + e * g.expert_stride;
-  const stage_copy<G, 8> copy(w, g.n_out, g.row_bytes, n0, g.x16, g.n_in, 64, src);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * copy_t::rows_per_mat, nkb = g.n_in / KB;
+  // This thread's matrix: with Swiglu, gate for warps 0-3 and up for 4-7, which copy and
+  // multiply its rows (tile rows ra, ra + 8 are rows rm, rm + 8 of it).
+  const void* wv = Swiglu ? (threadIdx.x < copy_t::copiers ? g.w[0] : g.w[1]) : g.w[blockIdx.z];
+  const auto* w = static_cast<const uint8_t*>(wv) + e * g.expert_stride;
+  const copy_t copy(w, g.n_out, g.row_bytes, n0, g.x16, g.n_in, 64, src);
   for (int s = 0; s < G::S; ++s) {
     if (s < nkb) copy.weights(s, dyn + s * G::stage), copy.tokens(s, dyn + s * G::stage);
     cp_async_commit();
   }
-  const int ra = threadIdx.x / 32 * 16 + threadIdx.x % 32 / 4;
-  const auto base_a = reinterpret_cast<uintptr_t>(w + min(n0 + ra, g.n_out - 1) * g.row_bytes);
-  const auto base_b = reinterpret_cast<uintptr_t>(w + min(n0 + ra + 8, g.n_out - 1) * g.row_bytes);
+  const int ra = threadIdx.x / 32 * 16 + threadIdx.x % 32 / 4, rm = ra % copy_t::rows_per_mat;
+  const auto base_a = reinterpret_cast<uintptr_t>(w + min(n0 + rm, g.n_out - 1) * g.row_bytes);
+  const auto base_b = reinterpret_cast<uintptr_t>(w + min(n0 + rm + 8, g.n_out - 1) * g.row_bytes);
   float acc[8][4] = {};
   k_loop<D, 8>(copy, dyn, 0, static_cast<int>(nkb), ra, base_a, base_b, acc);
   pdl_trigger();
-  float* y = g.y[blockIdx.z];
+  if constexpr (Swiglu) {
+    if (!swiglu_combine<8>(acc, dyn)) return;
+  }
+  float* y = Swiglu ? g.y[0] : g.y[blockIdx.z];
   for_outputs<8>(ra, acc, [&](int r, int tok, float v) {
     const int d = dst[tok];
     if (d >= 0 && n0 + r < g.n_out) y[static_cast<int64_t>(d) * g.n_out + n0 + r] = v;
@@ -431,14 +476,21 @@ cudaError_t launch_type(const qgemm_frag_args& a, cudaStream_t s) {
   });
 }
 
-template <class D>
+template <class D, bool Swiglu>
 cudaError_t launch_grouped(const qgemm_frag_grouped_args& a, cudaStream_t s) {
   using G = frag_geom<typename D::type, 8, 8>;
-  constexpr auto kernel = qgemm_frag_grouped_kernel<D>;
+  constexpr auto kernel = qgemm_frag_grouped_kernel<D, Swiglu>;
+  constexpr int rows = Swiglu ? G::BN / 2 : G::BN;
   const cudaError_t e = allow_dynamic_smem_once<kernel>(G::smem);
   if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>((a.n_out + G::BN - 1) / G::BN), a.row_tiles, static_cast<unsigned>(a.n_sets));
+  const unsigned sets = Swiglu ? 1u : static_cast<unsigned>(a.n_sets);
+  const dim3 grid(static_cast<unsigned>((a.n_out + rows - 1) / rows), a.row_tiles, sets);
   return launch_pdl_shared(kernel, grid, dim3(G::threads), G::smem, s, a);
+}
+
+template <class D>
+cudaError_t launch_grouped_type(const qgemm_frag_grouped_args& a, cudaStream_t s) {
+  return a.swiglu ? launch_grouped<D, true>(a, s) : launch_grouped<D, false>(a, s);
 }
 
 }  // namespace
@@ -467,13 +519,10 @@ int qgemm_frag_block_rows(ggml_type t, int64_t n_out, int n_tok, int pieces) {
 }
 
 cudaError_t launch_qgemm_frag_grouped(ggml_type t, const qgemm_frag_grouped_args& a, cudaStream_t stream) {
-  if (a.n_in % KB != 0 || a.n_sets < 1 || a.n_sets > k_qgemm_max_sets) return cudaErrorInvalidValue;
+  if (a.n_in % KB != 0 || a.n_sets < 1 || a.n_sets > k_qgemm_max_sets || (a.swiglu && a.n_sets != 2))
+    return cudaErrorInvalidValue;
   if (a.row_tiles == 0) return cudaSuccess;
-  switch (t) {
-    case ggml_type::q4_k: return launch_grouped<q4k_frag>(a, stream);
-    case ggml_type::q6_k: return launch_grouped<q6k_frag>(a, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return by_type(t, cudaErrorInvalidValue, [&](auto d) { return launch_grouped_type<decltype(d)>(a, stream); });
 }
 
 }  // namespace tandem

@@ -1,6 +1,6 @@
 // The decode-batch GEMM's fragment blocks (sm_80+, Q4_K and Q6_K weights): the fast path of
 // launch_qgemm and launch_qgemm_grouped, with their pieces and results (kernels/qgemm.h); only
-// kernels/qgemm.cu calls it.
+// kernels/qgemm.cu calls it, and kernels/moe_gemm.cu for the grouped launch's fused SwiGLU.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -35,7 +35,9 @@ cudaError_t launch_qgemm_frag(ggml_type t, const qgemm_frag_args& a, cudaStream_
 int qgemm_frag_block_rows(ggml_type t, int64_t n_out, int n_tok, int pieces);
 
 // launch_qgemm_grouped's launch (its arguments, checked there): row tiles of 64 token rows
-// against tiles of 128 weight rows.
+// against tiles of 128 weight rows. With swiglu (n_sets 2: gate, up; launch_moe_gemm_swiglu in
+// kernels/moe_gemm.cu) a block takes 64 rows of each set and writes only
+// y[0] = silu(gate) * up, with launch_swiglu's float arithmetic on the same products.
 struct qgemm_frag_grouped_args {
   const void* w[k_qgemm_max_sets];
   float* y[k_qgemm_max_sets];
@@ -46,6 +48,7 @@ struct qgemm_frag_grouped_args {
   int k, n_expert;
   const int32_t *offsets, *perm, *tiles;
   unsigned row_tiles;
+  bool swiglu;
 };
 
 cudaError_t launch_qgemm_frag_grouped(ggml_type t, const qgemm_frag_grouped_args& a, cudaStream_t stream);

@@ -1,19 +1,22 @@
 // The mixture-of-experts kernels (kernels/moe.h) against CPU references on random inputs: routing
 // with deliberate ties, the decode mat-vec over selected experts (every type, 1..8 tokens, k 1..8,
 // shared and per-pair x, fused gate/up, repeated and invalid ids), SwiGLU's int8 copy, combine,
-// grouping (exact), and the grouped GEMM (partial tiles, idle experts, one expert with every
-// row). Benchmarks (big.*) print decode GB/s and prefill TFLOPS. Skips without a CUDA device.
+// grouping (exact), the grouped GEMM (partial tiles, idle experts, one expert with every
+// row) and its fused SwiGLU (bitwise against the GEMM then launch_swiglu). Benchmarks (big.*)
+// print decode GB/s and prefill TFLOPS. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/layer_ops.h"
 #include "kernels/matvec.h"
 #include "kernels/moe.h"
 #include "quant/half.h"
@@ -467,6 +470,80 @@ TEST(moe, prefill_pipeline_with_device_grouping) {
     }
 }
 
+// The fused gate/up SwiGLU against launch_moe_gemm of both then launch_swiglu: the same products
+// and the same float expression, so the same bits (every row is in a group: no invalid ids).
+void check_gemm_swiglu(const gemm_case& c) {
+  const std::string what = std::string(type_name(c.type)) + " tok " + std::to_string(c.n_tok) + " k " +
+                           std::to_string(c.k) + " E " + std::to_string(c.n_expert) + " " + std::to_string(c.n_out) +
+                           "x" + std::to_string(c.n_in) + " rows " + std::to_string(int(c.x_rows)) + "/" +
+                           std::to_string(int(c.y_rows)) + " ids " + std::to_string(c.ids_kind);
+  SCOPED_TRACE(what);
+  const auto ids = gemm_ids(c);
+  const int64_t n_pairs = int64_t(c.n_tok) * c.k, n = n_pairs * c.n_out;
+  const int64_t x_rows = c.x_rows == moe_rows::by_token ? c.n_tok : n_pairs;
+  // Wide enough that silu meets large negative, near-zero and large positive gates.
+  const auto x = randoms(size_t(x_rows * c.n_in), 43, -3.f, 3.f);
+  const experts gate = make_experts(c.type, c.n_expert, c.n_in, c.n_out, 70),
+                up = make_experts(c.type, c.n_expert, c.n_in, c.n_out, 570);
+  const grouping g = group_cpu(ids, c.n_expert);
+  dev<int32_t> offsets(g.offsets), perm(g.perm), tiles(g.tiles);
+  dev<uint8_t> wg(gate.q), wu(up.q), work(moe_gemm_work_bytes(c.n_in, x_rows));
+  const size_t sz = static_cast<size_t>(n);
+  dev<float> dx(x), yg(sz), yu(sz), h(std::vector<float>(sz, -7.f)), scratch(sz);
+  const moe_matvec_output sep[2] = {{wg.p, yg.p}, {wu.p, yu.p}}, fused[2] = {{wg.p, h.p}, {wu.p, scratch.p}};
+  ASSERT_EQ(launch_moe_gemm(c.type, sep, 2, gate.stride, c.n_expert, c.n_in, c.n_out, dx.p, c.x_rows, c.y_rows,
+                            c.n_tok, c.k, offsets.p, perm.p, tiles.p, work.p, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(launch_swiglu(yg.p, yu.p, yg.p, n, nullptr), cudaSuccess);
+  ASSERT_EQ(launch_moe_gemm_swiglu(c.type, fused, gate.stride, c.n_expert, c.n_in, c.n_out, dx.p, c.x_rows, c.y_rows,
+                                   c.n_tok, c.k, offsets.p, perm.p, tiles.p, work.p, nullptr),
+            cudaSuccess);
+  const auto want = yg.host(), got = h.host();
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, &want[i], 4), std::memcpy(&b, &got[i], 4);
+    ASSERT_EQ(b, a) << "row " << i / c.n_out << " out " << i % c.n_out << ": " << got[i] << " vs " << want[i];
+  }
+}
+
+TEST(moe, grouped_gemm_swiglu_is_gemm_then_swiglu) {
+  REQUIRE_GPU();
+  using mr = moe_rows;
+  // Q4_K and Q6_K: the fragment blocks' fused epilogue on sm_80+ (partial column tiles of 64
+  // rows, idle experts, partial last row tiles, 25 row tiles of one expert); Q8_0 and Q5_K: the
+  // WMMA qgemm blocks then launch_swiglu; F16: kernels/moe_gemm.cu's kernel then launch_swiglu.
+  const gemm_case cases[] = {
+      {ggml_type::q4_k, 150, 4, 8, 512, 200, mr::by_token, mr::grouped, 2, 2},
+      {ggml_type::q4_k, 37, 8, 16, 2048, 64, mr::by_token, mr::by_pair, 0, 2},
+      {ggml_type::q6_k, 90, 4, 6, 768, 130, mr::grouped, mr::by_pair, 2, 2},
+      {ggml_type::q6_k, 200, 8, 4, 256, 72, mr::by_token, mr::grouped, 1, 2},
+      {ggml_type::q8_0, 70, 8, 16, 384, 96, mr::by_token, mr::grouped, 2, 2},
+      {ggml_type::q5_k, 20, 3, 5, 256, 48, mr::by_pair, mr::grouped, 0, 2},
+      {ggml_type::f16, 33, 2, 4, 256, 72, mr::by_token, mr::grouped, 2, 2},
+  };
+  for (const auto& c : cases) check_gemm_swiglu(c);
+}
+
+TEST(moe, grouped_gemm_swiglu_rejects_bad_arguments) {
+  REQUIRE_GPU();
+  const int n_expert = 4, n_tok = 3, k = 2;
+  const auto ex = make_experts(ggml_type::q4_k, n_expert, 256, 64, 3);
+  const grouping g = group_cpu(random_ids(n_tok, k, n_expert, 8), n_expert);
+  dev<int32_t> offsets(g.offsets), perm(g.perm), tiles(g.tiles);
+  dev<uint8_t> w(ex.q), work(moe_gemm_work_bytes(256, n_tok));
+  dev<float> x(size_t(n_tok * 256)), h(size_t(n_tok * k * 64)), u(size_t(n_tok * k * 64));
+  const auto run = [&](const moe_matvec_output* o, int toks) {
+    return launch_moe_gemm_swiglu(ggml_type::q4_k, o, ex.stride, n_expert, 256, 64, x.p, moe_rows::by_token,
+                                  moe_rows::grouped, toks, k, offsets.p, perm.p, tiles.p, work.p, nullptr);
+  };
+  const moe_matvec_output same[2] = {{w.p, h.p}, {w.p, h.p}}, no_up[2] = {{w.p, h.p}, {w.p, nullptr}},
+                          ok[2] = {{w.p, h.p}, {w.p, u.p}};
+  EXPECT_EQ(run(same, n_tok), cudaErrorInvalidValue);  // up's scratch is h
+  EXPECT_EQ(run(no_up, n_tok), cudaErrorInvalidValue);
+  EXPECT_EQ(run(ok, 0), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 // ---- Benchmarks ---------------------------------------------------------------------------
 
 
@@ -529,9 +606,23 @@ TEST(big, moe_prefill_tflops) {
     launch_moe_gemm(ggml_type::q4_k, &o, 1, rb_dn * n_embd, n_expert, n_ff, n_embd, yg.p, moe_rows::grouped,
                     moe_rows::by_pair, n_tok, k, offsets.p, perm.p, tiles.p, work.p, s);
   }, true);
+  // gate+up then launch_swiglu, against launch_moe_gemm_swiglu (one launch on the fragment blocks).
+  const double us_up_sw = time_us([&](int, cudaStream_t s) {
+    const moe_matvec_output o[2] = {{dg.p, yg.p}, {du.p, yu.p}};
+    launch_moe_gemm(ggml_type::q4_k, o, 2, rb_up * n_ff, n_expert, n_embd, n_ff, x.p, moe_rows::by_token,
+                    moe_rows::grouped, n_tok, k, offsets.p, perm.p, tiles.p, work.p, s);
+    launch_swiglu(yg.p, yu.p, yg.p, int64_t(n_tok) * k * n_ff, s);
+  }, true);
+  const double us_fused = time_us([&](int, cudaStream_t s) {
+    const moe_matvec_output o[2] = {{dg.p, yg.p}, {du.p, yu.p}};
+    launch_moe_gemm_swiglu(ggml_type::q4_k, o, rb_up * n_ff, n_expert, n_embd, n_ff, x.p, moe_rows::by_token,
+                           moe_rows::grouped, n_tok, k, offsets.p, perm.p, tiles.p, work.p, s);
+  }, true);
   const double flops = 2.0 * n_tok * k * n_embd * n_ff;
   std::printf("moe prefill q4_k 2048 tok: gate+up %.0f us (%.1f TFLOPS), down %.0f us (%.1f TFLOPS)\n", us_up,
               2 * flops / us_up / 1e6, us_dn, flops / us_dn / 1e6);
+  std::printf("moe prefill q4_k 2048 tok: gate+up+swiglu %.0f us unfused, %.0f us fused (%.1f TFLOPS)\n", us_up_sw,
+              us_fused, 2 * flops / us_fused / 1e6);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
 }
 

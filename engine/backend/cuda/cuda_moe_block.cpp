@@ -100,7 +100,8 @@ status cuda_backend::moe_experts_decode(const device_layer& L, const float* xn, 
 }
 
 // Prefill: the (token, slot) pairs sorted by expert on the device, then gate/up from the tokens'
-// rows into grouped rows, SwiGLU, and down from grouped rows back to (token, slot) order.
+// rows into grouped rows with SwiGLU (fused when they share a type), and down from grouped rows
+// back to (token, slot) order.
 status cuda_backend::moe_experts_prefill(const device_layer& L, const float* xn, int T) {
   const cudaStream_t s = ctx_->stream();
   const int k = int(hp_.n_expert_used), n_exp = int(hp_.n_expert);
@@ -115,19 +116,21 @@ status cuda_backend::moe_experts_prefill(const device_layer& L, const float* xn,
   float *g = moe_gate_.get<float>(), *u = moe_up_.get<float>();
   const size_t gu_stride = expert_stride(L.gate_exps, F);
   if (L.gate_exps.type == L.up_exps.type) {
+    // g = silu(gate) · up in one launch where the grouped GEMM fuses it (u: scratch elsewhere).
     const moe_matvec_output outs[2] = {{L.gate_exps.data, g}, {L.up_exps.data, u}};
-    TANDEM_CUDA_TRY(launch_moe_gemm(L.gate_exps.type, outs, 2, gu_stride, n_exp, E, F, xn, moe_rows::by_token,
-                                    moe_rows::grouped, T, k, offsets, perm, tiles, work, s));
+    TANDEM_CUDA_TRY(launch_moe_gemm_swiglu(L.gate_exps.type, outs, gu_stride, n_exp, E, F, xn, moe_rows::by_token,
+                                           moe_rows::grouped, T, k, offsets, perm, tiles, work, s));
+    TANDEM_TRY(mark("experts gate up swiglu"));
   } else {
     const moe_matvec_output og[1] = {{L.gate_exps.data, g}}, ou[1] = {{L.up_exps.data, u}};
     TANDEM_CUDA_TRY(launch_moe_gemm(L.gate_exps.type, og, 1, gu_stride, n_exp, E, F, xn, moe_rows::by_token,
                                     moe_rows::grouped, T, k, offsets, perm, tiles, work, s));
     TANDEM_CUDA_TRY(launch_moe_gemm(L.up_exps.type, ou, 1, expert_stride(L.up_exps, F), n_exp, E, F, xn,
                                     moe_rows::by_token, moe_rows::grouped, T, k, offsets, perm, tiles, work, s));
+    TANDEM_TRY(mark("experts gate up"));
+    TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * k * F, s));
+    TANDEM_TRY(mark("experts swiglu"));
   }
-  TANDEM_TRY(mark("experts gate up"));
-  TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * k * F, s));
-  TANDEM_TRY(mark("experts swiglu"));
   const moe_matvec_output down[1] = {{L.down_exps.data, moe_y_.get<float>()}};
   TANDEM_CUDA_TRY(launch_moe_gemm(L.down_exps.type, down, 1, expert_stride(L.down_exps, E), n_exp, F, E, g,
                                   moe_rows::grouped, moe_rows::by_pair, T, k, offsets, perm, tiles, work, s));
