@@ -1,5 +1,5 @@
 // Host launchers for the Gated DeltaNet layer of hybrid models (qwen35): the causal conv with its
-// per-sequence state, the gated delta rule (recurrent, for decode and prefill, with the gates and
+// per-sequence state, the gated delta rule (recurrent, and chunked for long runs, with the gates and
 // the q/k L2 norm folded in), the gated RMSNorm, and the pieces of gated full attention. Device pointers; each launcher enqueues on
 // `stream` and returns the launch status. The math is backend/cpu/delta_net_ops.h's.
 #pragma once
@@ -52,6 +52,17 @@ struct dn_rule_args {
   float* out = nullptr;
 };
 cudaError_t launch_dn_rule(const dn_rule_args& a, dn_runs runs, cudaStream_t stream);
+
+// The same step (inputs, outputs, state handling) in the chunked WY / UT form of
+// gated_delta_rule_chunked (kernels/delta_net_chunked.cu): per chunk of 64 tokens of a run, matrix
+// products and a triangular solve replace the token-by-token chain, which pays off for long (prefill)
+// runs. n_tok: the batch's rows, which hold every run; runs.max_tokens, unlike for launch_dn_rule,
+// must bound every run's length (0: n_tok does). work: dn_rule_chunked_work_bytes(n_tok, ...) bytes
+// of device memory, nothing kept between calls (56 KiB a token for Hk 16, Hv 32, dk = dv = 128).
+// dk, dv: multiples of 32 up to 256.
+size_t dn_rule_chunked_work_bytes(int n_tok, int Hk, int Hv, int dk, int dv);
+cudaError_t launch_dn_rule_chunked(const dn_rule_args& a, dn_runs runs, int n_tok, void* work, size_t work_bytes,
+                                   cudaStream_t stream);
 
 // out = o / sqrt(mean(o^2) + eps) * w * silu(z) per row of d floats (n rows; o, z, out dense).
 cudaError_t launch_rms_norm_gated(const float* o, const float* w, const float* z, float* out, int64_t n, int d,

@@ -1,7 +1,9 @@
 // The Gated DeltaNet kernels (kernels/delta_net.h) against the CPU reference ops
 // (backend/cpu/delta_net_ops.h) on random inputs with fixed seeds: multi-run batches (1, 7 and 70
 // tokens, shuffled state slots, one run from position 0 whose stale state must be ignored),
-// nonzero initial states, every dk the rule kernel is built for. Skips without a CUDA device.
+// nonzero initial states, every dk the rule kernels are built for; the chunked rule also on runs
+// around its chunk size and against the recurrent kernel, whose speed big.dn_rule_chunked_vs_recurrent
+// compares. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -185,88 +187,162 @@ struct rule_shape {
   int Hk, Hv, dk, dv;
 };
 
-// Conv-output-like rows per token: q (Hk*dk), k (Hk*dk), v (Hv*dv), then 3 floats of padding
-// (an odd row stride), raw: the kernel L2-normalises q and k itself.
-std::vector<float> rule_inputs(int T, int64_t stride, uint32_t seed) { return randoms(size_t(T) * stride, seed); }
-
-// The gated delta rule on the GPU, its gates and q/k norm folded in, against the CPU's
-// l2_norm_rows + delta_net_gates + gated_delta_rule_recurrent run by run.
-void check_rule(const rule_shape& s, const std::vector<run_spec>& rs, int n_slots, uint32_t seed) {
+// A rule test's inputs and their CPU expectation. Rows per token are conv-output-like: q (Hk*dk),
+// k (Hk*dk), v (Hv*dv), then 3 floats of padding (an odd row stride), raw: the kernels L2-normalise
+// q and k themselves. The expectation is the CPU's l2_norm_rows + delta_net_gates +
+// gated_delta_rule_recurrent, run by run.
+struct rule_case {
+  rule_shape s;
+  std::vector<run_spec> rs;
   int T = 0;
-  const auto runs = runs_array(rs, &T);
-  const int64_t stride = 2 * int64_t(s.Hk) * s.dk + int64_t(s.Hv) * s.dv + 3;
-  const auto u = rule_inputs(T, stride, seed);
-  // Raw gate inputs: alpha + dt_bias spans both sides of softplus's threshold (20).
-  const auto alpha = randoms(size_t(T) * s.Hv, seed + 1, -24.f, 24.f);
-  const auto braw = randoms(size_t(T) * s.Hv, seed + 2, -6.f, 6.f);
-  const auto decay = randoms(size_t(s.Hv), seed + 4, -2.f, -0.02f), bias = randoms(size_t(s.Hv), seed + 5, -2.f, 2.f);
-  const size_t per_slot = size_t(s.Hv) * s.dk * s.dv;
-  const auto S0 = randoms(per_slot * n_slots, seed + 3, -0.5f, 0.5f);
+  int64_t stride = 0;
+  std::vector<int32_t> runs;
+  std::vector<float> u, alpha, braw, decay, bias, S0, ref_out, ref_S;
+};
 
-  auto un = u;  // the CPU composition: norm, gates, then the recurrent rule
-  for (int t = 0; t < T; ++t) l2_norm_rows(un.data() + t * stride, 2 * s.Hk, s.dk, s.dk, 1e-6f);
-  std::vector<float> g(alpha.size()), beta(alpha.size());
-  delta_net_gates(alpha.data(), braw.data(), decay.data(), bias.data(), T, s.Hv, g.data(), beta.data());
-  std::vector<float> ref_out(size_t(T) * s.Hv * s.dv), ref_S = S0;
+rule_case make_rule_case(const rule_shape& s, const std::vector<run_spec>& rs, int n_slots, uint32_t seed,
+                         bool reference = true) {
+  rule_case c;
+  c.s = s, c.rs = rs;
+  c.runs = runs_array(rs, &c.T);
+  const int T = c.T;
+  c.stride = 2 * int64_t(s.Hk) * s.dk + int64_t(s.Hv) * s.dv + 3;
+  c.u = randoms(size_t(T) * c.stride, seed);
+  // Raw gate inputs: alpha + dt_bias spans both sides of softplus's threshold (20).
+  c.alpha = randoms(size_t(T) * s.Hv, seed + 1, -24.f, 24.f);
+  c.braw = randoms(size_t(T) * s.Hv, seed + 2, -6.f, 6.f);
+  c.decay = randoms(size_t(s.Hv), seed + 4, -2.f, -0.02f), c.bias = randoms(size_t(s.Hv), seed + 5, -2.f, 2.f);
+  const size_t per_slot = size_t(s.Hv) * s.dk * s.dv;
+  c.S0 = randoms(per_slot * n_slots, seed + 3, -0.5f, 0.5f);
+  c.ref_out.assign(size_t(T) * s.Hv * s.dv, 0.f);
+  c.ref_S = c.S0;
+  if (!reference) return c;
+
+  auto un = c.u;
+  for (int t = 0; t < T; ++t) l2_norm_rows(un.data() + t * c.stride, 2 * s.Hk, s.dk, s.dk, 1e-6f);
+  std::vector<float> g(c.alpha.size()), beta(c.alpha.size());
+  delta_net_gates(c.alpha.data(), c.braw.data(), c.decay.data(), c.bias.data(), T, s.Hv, g.data(), beta.data());
   int t0 = 0;
   for (const run_spec& r : rs) {
-    std::vector<float> st(ref_S.begin() + r.slot * per_slot, ref_S.begin() + (r.slot + 1) * per_slot);
+    std::vector<float> st(c.ref_S.begin() + r.slot * per_slot, c.ref_S.begin() + (r.slot + 1) * per_slot);
     if (r.pos0 == 0) std::fill(st.begin(), st.end(), 0.f);
     delta_rule_args a;
-    a.q = un.data() + t0 * stride;
+    a.q = un.data() + t0 * c.stride;
     a.k = a.q + s.Hk * s.dk;
-    a.qk_stride = stride;
+    a.qk_stride = c.stride;
     a.v = a.q + 2 * s.Hk * s.dk;
-    a.v_stride = stride;
+    a.v_stride = c.stride;
     a.g = g.data() + size_t(t0) * s.Hv;
     a.beta = beta.data() + size_t(t0) * s.Hv;
     a.T = r.n;
     a.Hk = s.Hk, a.Hv = s.Hv, a.dk = s.dk, a.dv = s.dv;
     a.S = st.data();
-    a.out = ref_out.data() + size_t(t0) * s.Hv * s.dv;
+    a.out = c.ref_out.data() + size_t(t0) * s.Hv * s.dv;
     gated_delta_rule_recurrent(a);
-    std::copy(st.begin(), st.end(), ref_S.begin() + r.slot * per_slot);
+    std::copy(st.begin(), st.end(), c.ref_S.begin() + r.slot * per_slot);
     t0 += r.n;
   }
+  return c;
+}
 
-  dev<float> du(u), dalpha(alpha), dbraw(braw), ddecay(decay), dbias(bias);
-  dev<int32_t> druns(runs);
-  dn_rule_args a;
-  a.q = du.p;
-  a.k = du.p + s.Hk * s.dk;
-  a.qk_stride = stride;
-  a.v = du.p + 2 * s.Hk * s.dk;
-  a.v_stride = stride;
-  a.a_decay = ddecay.p, a.dt_bias = dbias.p;
-  a.Hk = s.Hk, a.Hv = s.Hv, a.dk = s.dk, a.dv = s.dv;
-  // b and a side by side in one [T][2 Hv] buffer, as the backend has them when one mat-vec job
-  // computes both.
-  std::vector<float> packed(size_t(T) * 2 * s.Hv);
-  for (int t = 0; t < T; ++t)
-    for (int h = 0; h < s.Hv; ++h) {
-      packed[size_t(t) * 2 * s.Hv + h] = braw[size_t(t) * s.Hv + h];
-      packed[size_t(t) * 2 * s.Hv + s.Hv + h] = alpha[size_t(t) * s.Hv + h];
-    }
-  dev<float> dpacked(packed);
+// Device copies of a case's inputs; args() points dn_rule_args at them, with the gate inputs
+// separate or, as the backend has them when one mat-vec job computes both, b and a side by side
+// in one [T][2 Hv] buffer.
+struct rule_device {
+  dev<float> u, alpha, braw, decay, bias, packed;
+  dev<int32_t> runs;
+  const rule_case& c;
+  explicit rule_device(const rule_case& rc)
+      : u(rc.u), alpha(rc.alpha), braw(rc.braw), decay(rc.decay), bias(rc.bias), packed(pack(rc)), runs(rc.runs),
+        c(rc) {}
+  static std::vector<float> pack(const rule_case& rc) {
+    const int Hv = rc.s.Hv;
+    std::vector<float> p(size_t(rc.T) * 2 * Hv);
+    for (int t = 0; t < rc.T; ++t)
+      for (int h = 0; h < Hv; ++h) {
+        p[size_t(t) * 2 * Hv + h] = rc.braw[size_t(t) * Hv + h];
+        p[size_t(t) * 2 * Hv + Hv + h] = rc.alpha[size_t(t) * Hv + h];
+      }
+    return p;
+  }
+  dn_rule_args args(bool pack_gates, float* S, float* out) const {
+    const rule_shape& s = c.s;
+    dn_rule_args a;
+    a.q = u.p;
+    a.k = u.p + s.Hk * s.dk;
+    a.qk_stride = c.stride;
+    a.v = u.p + 2 * s.Hk * s.dk;
+    a.v_stride = c.stride;
+    a.a_decay = decay.p, a.dt_bias = bias.p;
+    a.Hk = s.Hk, a.Hv = s.Hv, a.dk = s.dk, a.dv = s.dv;
+    a.beta = pack_gates ? packed.p : braw.p;
+    a.alpha = pack_gates ? packed.p + s.Hv : alpha.p;
+    a.gate_stride = pack_gates ? 2 * s.Hv : 0;
+    a.S = S, a.out = out;
+    return a;
+  }
+  dn_runs runs_with(int bound) const { return dn_runs{runs.p, int(c.rs.size()), bound}; }
+};
+
+std::string rule_tag(const char* what, const rule_case& c, int bound, bool pack) {
+  char tag[128];
+  std::snprintf(tag, sizeof tag, "%s Hk=%d Hv=%d dk=%d dv=%d runs=%zu bound=%d%s", what, c.s.Hk, c.s.Hv, c.s.dk,
+                c.s.dv, c.rs.size(), bound, pack ? " packed gates" : "");
+  return tag;
+}
+
+// The gated delta rule on the GPU, its gates and q/k norm folded in, against the CPU.
+void check_rule(const rule_shape& s, const std::vector<run_spec>& rs, int n_slots, uint32_t seed) {
+  const rule_case c = make_rule_case(s, rs, n_slots, seed);
+  const rule_device d(c);
   // Both block shapes (the bound on run length picks narrow blocks for decode, wide ones else),
   // and the packed gate inputs.
   for (int variant = 0; variant < 3; ++variant) {
     const int bound = variant == 1 ? 0 : max_tokens(rs);
     const bool pack = variant == 2;
-    a.beta = pack ? dpacked.p : dbraw.p;
-    a.alpha = pack ? dpacked.p + s.Hv : dalpha.p;
-    a.gate_stride = pack ? 2 * s.Hv : 0;
-    dev<float> dS2(S0), dout2(ref_out.size());
-    a.S = dS2.p, a.out = dout2.p;
-    ASSERT_EQ(launch_dn_rule(a, dn_runs{druns.p, int(rs.size()), bound}, nullptr), cudaSuccess);
+    dev<float> dS(c.S0), dout(c.ref_out.size());
+    ASSERT_EQ(launch_dn_rule(d.args(pack, dS.p, dout.p), d.runs_with(bound), nullptr), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    char tag[112];
-    std::snprintf(tag, sizeof tag, "rule Hk=%d Hv=%d dk=%d dv=%d runs=%zu bound=%d%s", s.Hk, s.Hv, s.dk, s.dv,
-                  rs.size(), bound, pack ? " packed gates" : "");
+    const std::string tag = rule_tag("rule", c, bound, pack);
     // fp32 with a different summation order (warp trees vs sequential) over up to 300 recurrent
     // steps; outputs and states are O(1). A wrong index or a missed sync shows as O(1) errors.
-    expect_close(std::string(tag) + " out", dout2.host(), ref_out, 1e-4f, 1e-4f);
-    expect_close(std::string(tag) + " state", dS2.host(), ref_S, 1e-4f, 1e-4f);
+    expect_close(tag + " out", dout.host(), c.ref_out, 1e-4f, 1e-4f);
+    expect_close(tag + " state", dS.host(), c.ref_S, 1e-4f, 1e-4f);
+  }
+}
+
+// The chunked rule against the CPU's recurrent rule and against launch_dn_rule on the same inputs,
+// with the run bound given and unknown (0: the launcher bounds runs by the batch), gates packed or
+// not. The workspace starts poisoned (0x7f7f7f7f, ~3e38), so a read of anything kernel A did not
+// write shows up as a huge error.
+void check_rule_chunked(const rule_shape& s, const std::vector<run_spec>& rs, int n_slots, uint32_t seed) {
+  const rule_case c = make_rule_case(s, rs, n_slots, seed);
+  const rule_device d(c);
+  dev<float> rS(c.S0), rout(c.ref_out.size());
+  ASSERT_EQ(launch_dn_rule(d.args(false, rS.p, rout.p), d.runs_with(max_tokens(rs)), nullptr), cudaSuccess);
+  const std::vector<float> rec_out = rout.host(), rec_S = rS.host();
+  const size_t work_bytes = dn_rule_chunked_work_bytes(c.T, s.Hk, s.Hv, s.dk, s.dv);
+  ASSERT_GT(work_bytes, 0u);
+  for (int variant = 0; variant < 3; ++variant) {
+    const int bound = variant == 1 ? 0 : max_tokens(rs);
+    const bool pack = variant == 2;
+    dev<float> dS(c.S0), dout(c.ref_out.size());
+    dev<uint8_t> work(work_bytes);
+    ASSERT_EQ(launch_dn_rule_chunked(d.args(pack, dS.p, dout.p), d.runs_with(bound), c.T, work.p, work_bytes,
+                                     nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::string tag = rule_tag("chunked rule", c, bound, pack);
+    // The CPU's own chunked form differs from its recurrent one by up to ~1e-5 of these O(1)
+    // values (another summation order, a 64x64 triangular solve: tests/engine/backend's
+    // delta_net_ops_test holds them to 1e-4), and a host emulation of these kernels matched the
+    // CPU chunked form to ~1e-7. 1e-4 keeps a 10x margin; a wrong index, mask or sync gives
+    // errors of 1e-2 and up.
+    const std::vector<float> out = dout.host(), S = dS.host();
+    expect_close(tag + " out", out, c.ref_out, 1e-4f, 1e-4f);
+    expect_close(tag + " state", S, c.ref_S, 1e-4f, 1e-4f);
+    expect_close(tag + " out vs launch_dn_rule", out, rec_out, 1e-4f, 1e-4f);
+    expect_close(tag + " state vs launch_dn_rule", S, rec_S, 1e-4f, 1e-4f);
   }
 }
 
@@ -304,6 +380,74 @@ TEST(dn_rule_kernel, matches_cpu_long_run) {
   check_rule({2, 4, 256, 32}, {{61, 0, 12}, {45, 1, 0}}, 2, 96);
 }
 
+// The chunked rule on a batch of runs around the chunk size: 1 token from a nonzero state, 63
+// (one short chunk), 64 from position 0 over a stale slot, 65 (a full chunk and a 1-token tail), 200
+// from position 0 (three full chunks and a tail), 7; slot 6 is no run's and must stay untouched.
+// Two v-heads per k-head (h % Hk).
+const std::vector<run_spec> k_chunk_runs = {{1, 3, 9}, {63, 0, 40}, {64, 2, 0}, {65, 1, 5}, {200, 4, 0}, {7, 5, 3}};
+constexpr int k_chunk_slots = 7;
+
+TEST(dn_rule_chunked, matches_cpu_mixed_runs) {
+  REQUIRE_GPU();
+  check_rule_chunked({2, 4, 128, 128}, k_chunk_runs, k_chunk_slots, 201);
+  check_rule_chunked({2, 4, 32, 64}, k_chunk_runs, k_chunk_slots, 202);
+  check_rule_chunked({3, 2, 64, 32}, k_chunk_runs, k_chunk_slots, 203);  // fewer v-heads than k-heads
+}
+
+// Every dk the chunked kernels take (32..256) with narrow and wide dv.
+TEST(dn_rule_chunked, matches_cpu_all_dk) {
+  REQUIRE_GPU();
+  const std::vector<run_spec> rs = {{70, 1, 3}, {130, 0, 0}};
+  for (int dk = 32; dk <= 256; dk += 32)
+    for (int dv : {32, 256}) check_rule_chunked({1, 3, dk, dv}, rs, 2, 300 + dk + dv);
+}
+
+// The Qwen3.5 layer shapes (16 k-heads, 32 or 48 v-heads, dk = dv = 128), a prefill-sized run
+// continuing a state next to a fresh one.
+TEST(dn_rule_chunked, matches_cpu_qwen35_shapes) {
+  REQUIRE_GPU();
+  check_rule_chunked({16, 32, 128, 128}, {{300, 1, 12}, {64, 0, 0}}, 2, 211);
+  check_rule_chunked({16, 48, 128, 128}, {{129, 0, 0}}, 1, 212);
+}
+
+// Recurrent against chunked for one run of 64..2048 tokens of the Qwen3.5-35B-A3B layer shape
+// (Hk 16, Hv 32, dk = dv = 128), us per launch and per token: where the backend's switch to the
+// chunked rule (k_dn_chunked_min_tokens in cuda_hybrid_block.cpp) pays, and by how much at 2048.
+// Asserts only that the launches succeed and the two agree.
+TEST(big, dn_rule_chunked_vs_recurrent) {
+  REQUIRE_GPU();
+  const rule_shape s{16, 32, 128, 128};
+  for (int n : {16, 32, 64, 128, 256, 512, 2048}) {
+    const rule_case c = make_rule_case(s, {{n, 0, 7}}, 1, 400 + n, false);  // no CPU reference: it is slow
+    const rule_device d(c);
+    dev<float> S(c.S0), out_rec(c.ref_out.size()), out_chk(c.ref_out.size());
+    const size_t work_bytes = dn_rule_chunked_work_bytes(n, s.Hk, s.Hv, s.dk, s.dv);
+    dev<uint8_t> work(work_bytes, 0);
+    const dn_rule_args rec = d.args(true, S.p, out_rec.p), chk = d.args(true, S.p, out_chk.p);
+    cudaError_t err = cudaSuccess;
+    const double us_rec = test::time_us([&](int, cudaStream_t st) {
+      const cudaError_t e = launch_dn_rule(rec, d.runs_with(n), st);
+      if (e != cudaSuccess) err = e;
+    });
+    const double us_chk = test::time_us([&](int, cudaStream_t st) {
+      const cudaError_t e = launch_dn_rule_chunked(chk, d.runs_with(n), n, work.p, work_bytes, st);
+      if (e != cudaSuccess) err = e;
+    });
+    ASSERT_EQ(err, cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::printf("dn rule, %4d tokens, Hk %d Hv %d dk %d dv %d: recurrent %8.1f us (%.2f us/token), chunked %8.1f us "
+                "(%.2f us/token), %.2fx\n",
+                n, s.Hk, s.Hv, s.dk, s.dv, us_rec, us_rec / n, us_chk, us_chk / n, us_rec / us_chk);
+    // Both ran from the same (by now much-updated) state many times; one more from S0 each to compare.
+    dev<float> S1(c.S0), S2(c.S0);
+    ASSERT_EQ(launch_dn_rule(d.args(true, S1.p, out_rec.p), d.runs_with(n), nullptr), cudaSuccess);
+    ASSERT_EQ(launch_dn_rule_chunked(d.args(true, S2.p, out_chk.p), d.runs_with(n), n, work.p, work_bytes, nullptr),
+              cudaSuccess);
+    expect_close("chunked vs recurrent out", out_chk.host(), out_rec.host(), 1e-4f, 1e-4f);
+    expect_close("chunked vs recurrent state", S2.host(), S1.host(), 1e-4f, 1e-4f);
+  }
+}
+
 // Bad shapes are refused before anything is launched (no device needed).
 TEST(dn_launchers, reject_bad_shapes) {
   dn_rule_args a;
@@ -324,6 +468,22 @@ TEST(dn_launchers, reject_bad_shapes) {
   a.Hk = 2;
   EXPECT_EQ(launch_dn_rule(a, dn_runs{nullptr, 1, 1}, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(launch_dn_rule(a, dn_runs{nullptr, 0, 0}, nullptr), cudaSuccess);  // nothing to do
+  // The chunked rule: the same shape rules, and a workspace smaller than its size for n_tok.
+  a.dk = 128, a.dv = 128;
+  const size_t wb = dn_rule_chunked_work_bytes(100, a.Hk, a.Hv, a.dk, a.dv);
+  EXPECT_GT(wb, 0u);
+  void* w = reinterpret_cast<void*>(256);
+  EXPECT_EQ(launch_dn_rule_chunked(a, one, 100, w, wb - 4, nullptr), cudaErrorInvalidValue);  // work too small
+  EXPECT_EQ(launch_dn_rule_chunked(a, one, 100, nullptr, wb, nullptr), cudaErrorInvalidValue);
+  a.dk = 288;
+  EXPECT_EQ(launch_dn_rule_chunked(a, one, 100, w, wb * 4, nullptr), cudaErrorInvalidValue);  // dk > 256
+  a.dk = 128, a.dv = 48;
+  EXPECT_EQ(launch_dn_rule_chunked(a, one, 100, w, wb * 4, nullptr), cudaErrorInvalidValue);
+  a.dv = 128, a.l2_eps = 0.f;
+  EXPECT_EQ(launch_dn_rule_chunked(a, one, 100, w, wb, nullptr), cudaErrorInvalidValue);
+  a.l2_eps = 1e-6f;
+  EXPECT_EQ(launch_dn_rule_chunked(a, dn_runs{nullptr, 1, 1}, 100, w, wb, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(launch_dn_rule_chunked(a, dn_runs{nullptr, 0, 0}, 100, nullptr, 0, nullptr), cudaSuccess);
   EXPECT_EQ(launch_dn_conv(nullptr, 8, nullptr, 8, 9, nullptr, one, nullptr, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(launch_dn_conv(nullptr, 8, nullptr, 8, 0, nullptr, one, nullptr, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(launch_dn_conv(nullptr, 4, nullptr, 8, 4, nullptr, one, nullptr, nullptr), cudaErrorInvalidValue);

@@ -2,7 +2,9 @@
 // recurrent state, the output gate of the full-attention layers, and the state bookkeeping around
 // a step. The math is backend/cpu/delta_net_ops.h's, through the kernels of kernels/delta_net.h.
 #include <algorithm>
+#include <cstdlib>
 #include <set>
+#include <string_view>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "kernels/cuda_check.h"
@@ -14,6 +16,22 @@ namespace tandem {
 namespace {
 
 constexpr float k_l2_eps = 1e-6f;  // Hugging Face's l2norm on q and k
+
+// Steps whose longest run has at least this many tokens take the chunked rule. Below one chunk
+// (64 tokens) it would pay for a whole padded chunk's products and two launches to replace a chain
+// of fewer than 64 steps; from there on each chunk's work replaces 64 steps of the chain.
+// Where the two cross exactly is for big.dn_rule_chunked_vs_recurrent to tell.
+constexpr int k_dn_chunked_min_tokens = 64;
+
+// TANDEM_DN_CHUNKED=0 keeps the recurrent rule for every step (to compare, or to rule the chunked
+// one out); read once.
+bool dn_chunked_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("TANDEM_DN_CHUNKED");
+    return !(e && std::string_view(e) == "0");
+  }();
+  return on;
+}
 
 }  // namespace
 
@@ -28,6 +46,8 @@ status cuda_backend::ensure_hybrid_scratch(int n) {
   for (device_buffer* b : {&dn_z_, &dn_o_, &dn_y_}) TANDEM_TRY(b->alloc(T * VD * f));
   TANDEM_TRY(dn_b_.alloc(T * 2 * Hv * f));  // b, or b and a side by side (dn_ba)
   TANDEM_TRY(dn_a_.alloc(T * Hv * f));
+  if (dn_chunked_enabled() && n >= k_dn_chunked_min_tokens)
+    TANDEM_TRY(dn_work_.alloc(dn_rule_chunked_work_bytes(n, int(dn.n_k_heads), int(Hv), int(dn.k_dim), int(dn.v_dim))));
   return {};
 }
 
@@ -80,7 +100,10 @@ status cuda_backend::delta_net_block(uint32_t il, cuda_kv_cache& cache) {
   r.Hk = int(dn.n_k_heads), r.Hv = Hv, r.dk = int(dn.k_dim), r.dv = int(dn.v_dim);
   r.S = cache.ssm_state(il);
   r.out = dn_o_.get<float>();
-  TANDEM_CUDA_TRY(launch_dn_rule(r, runs, s));
+  if (dn_chunked_enabled() && plan_.dn_max_tokens >= k_dn_chunked_min_tokens)
+    TANDEM_CUDA_TRY(launch_dn_rule_chunked(r, runs, T, dn_work_.get(), dn_work_.size(), s));
+  else
+    TANDEM_CUDA_TRY(launch_dn_rule(r, runs, s));
   TANDEM_TRY(mark("DeltaNet gates, l2 norm, rule"));
   float* y = dn_y_.get<float>();
   TANDEM_CUDA_TRY(launch_rms_norm_gated(r.out, L.dn_norm, z, y, int64_t(T) * Hv, int(dn.v_dim), hp_.rms_eps, s));
