@@ -25,6 +25,8 @@ constexpr uint64_t k_paged_split_slots = 32768;  // kernels/attention.h: split p
 constexpr uint64_t k_max_kv_slots = 0x7fffffffull;      // normalize_kv_config's limit
 constexpr uint64_t k_block_bucket = 32;                 // make_plan(): block-table width rounding
 constexpr uint64_t k_matvec_tokens = 8;                 // kernels/matvec.h k_matvec_max_tokens
+constexpr uint64_t k_dn_chunk = 64;        // kernels/delta_net_chunked.cu k_chunk
+constexpr uint64_t k_dn_chunked_min = 64;  // cuda_hybrid_block.cpp k_dn_chunked_min_tokens
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -258,6 +260,7 @@ struct share_dims {
   uint64_t kv_heads = 0, q_heads = 0;  // attention heads of its share
   uint64_t QD = 0, KD = 0, F = 0;      // per-token widths (0 without layers)
   uint64_t dn_k = 0, dn_v = 0;         // DeltaNet key / value heads (hybrid models)
+  uint64_t dk = 0, dv = 0;             // and their sizes
   uint64_t C = 0, V = 0;               // DeltaNet conv channels and value width
 };
 
@@ -278,6 +281,7 @@ share_dims dims_of(const hparams& hp, const device_share& s) {
     d.dn_v = d.dn_k * (dn.n_v_heads / dn.n_k_heads);
     d.C = 2 * d.dn_k * dn.k_dim + d.dn_v * dn.v_dim;
     d.V = d.dn_v * dn.v_dim;
+    d.dk = dn.k_dim, d.dv = dn.v_dim;
   }
   return d;
 }
@@ -309,6 +313,10 @@ uint64_t activation_bytes(const model_desc& desc, const plan_options& opt, const
   act += alloc(T * hp.rope_dim * f);  // a prefill pass's RoPE rotations
   if (desc.hp.hybrid()) act += alloc(T * 2 * d.QD * f) + alloc(T * d.QD * f);
   act += 2 * alloc(T * d.C * f) + 3 * alloc(T * d.V * f) + alloc(2 * T * d.dn_v * f) + alloc(T * d.dn_v * f);
+  // Batches long enough for the chunked delta rule: its workspace (kernels/delta_net_chunked.cu
+  // work_floats: normed q and k, W, U, the masked in-chunk scores and the decays).
+  if (d.dn_k > 0 && T >= k_dn_chunked_min)
+    act += alloc(T * (2 * d.dn_k * d.dk + d.dn_v * (d.dk + d.dv + k_dn_chunk + 1)) * f);
   // The packed per-batch integers: tokens, positions (twice), slots, tables, outputs, block tables.
   const uint64_t table_width = align_up(std::max<uint64_t>(1, blocks_per_seq), k_block_bucket);
   const uint64_t runs = std::min<uint64_t>(opt.n_seqs, T);

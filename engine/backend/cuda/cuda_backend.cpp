@@ -301,39 +301,50 @@ status cuda_backend::try_qgemm(const device_matrix& w, const float* x, int n_tok
       w.n_in % k_qgemm_k_step != 0 || qgemm_work_bytes(w.n_in, w.n_out, n_tok) > qgemm_work_.size())
     return {};
   const cudaStream_t s = ctx_->stream();
-  auto* xh = xh_.get<uint16_t>();
-  TANDEM_CUDA_TRY(launch_to_f16(x, xh, int64_t(n_tok) * w.n_in, s));
-  TANDEM_CUDA_TRY(launch_qgemm(w.type, w.data, w.n_in, w.n_out, xh, n_tok, y, add, qgemm_work_.get(), s));
+  TANDEM_TRY(x_to_f16(x, int64_t(n_tok) * w.n_in));
+  TANDEM_CUDA_TRY(launch_qgemm(w.type, w.data, w.n_in, w.n_out, xh_.get<uint16_t>(), n_tok, y, add,
+                               qgemm_work_.get(), s));
   done = true;
   return {};
 }
 
-status cuda_backend::matmul(const device_matrix& w, const float* x, int n_tok, float* y) {
+// xh_ = fp16(x), unless matmul_fused's previous job left it there.
+status cuda_backend::x_to_f16(const float* x, int64_t n) {
+  if (xh_reuse_ && xh_src_ == x) return {};
+  TANDEM_CUDA_TRY(launch_to_f16(x, xh_.get<uint16_t>(), n, ctx_->stream()));
+  xh_src_ = x;
+  return {};
+}
+
+status cuda_backend::matmul(const device_matrix& w, const float* x, int n_tok, float* y, bool add) {
   const cudaStream_t s = ctx_->stream();
   // Decode-sized steps (a few sequences' next tokens): the mat-vec reads the weights once, where
   // the GEMM path writes and reads a whole fp16 copy of them; larger decode batches, try_qgemm.
   if (n_tok <= k_matvec_max_tokens && gpu_can_matvec(w.type) && w.n_in % 32 == 0) {
-    TANDEM_CUDA_TRY(launch_matvec(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, matvec_work_.get(), s));
+    float* out = add ? tmp_.get<float>() : y;  // tmp_ holds n_embd outputs: only wo and down add
+    TANDEM_CUDA_TRY(launch_matvec(w.type, w.data, w.n_in, w.n_out, x, n_tok, out, matvec_work_.get(), s));
+    if (add) TANDEM_CUDA_TRY(launch_add(y, out, int64_t(n_tok) * w.n_out, s));
     return {};
   }
   bool done = false;
-  TANDEM_TRY(try_qgemm(w, x, n_tok, y, false, done));
+  TANDEM_TRY(try_qgemm(w, x, n_tok, y, add, done));
   if (done) return {};
-  // GEMM path: fp16 activations and weight tiles, fp32 accumulation, y[t][o] row-major.
+  // GEMM path: fp16 activations and weight tiles, fp32 accumulation, y[t][o] row-major; with add,
+  // cuBLAS's beta = 1 adds y (the same single float add as a separate pass would make).
+  TANDEM_TRY(x_to_f16(x, int64_t(n_tok) * w.n_in));
   auto* xh = xh_.get<uint16_t>();
-  TANDEM_CUDA_TRY(launch_to_f16(x, xh, int64_t(n_tok) * w.n_in, s));
   // Tiles start on a multiple of 128 rows: a tile at an odd row offset puts the GEMM's output
   // off 16-byte alignment, which sends cuBLAS to kernels several times slower (Qwen3-32B's
   // 25600-row FFN matrices prefilled at a third of the speed before).
   const int64_t fit = int64_t(weight_tile_.size() / 2) / w.n_in;
   const int64_t tile_rows = std::min<int64_t>(w.n_out, fit >= 128 ? fit / 128 * 128 : std::max<int64_t>(fit, 1));
-  const float one = 1.f, zero = 0.f;
+  const float one = 1.f, beta = add ? 1.f : 0.f;
   for (int64_t r0 = 0; r0 < w.n_out; r0 += tile_rows) {
     const int64_t rows = std::min(tile_rows, w.n_out - r0);
     auto* tile = weight_tile_.get<uint16_t>();
     TANDEM_CUDA_TRY(launch_dequantize_f16(w.type, w.data + r0 * w.row_bytes, tile, rows * w.n_in, s));
     TANDEM_CUBLAS_TRY(cublasGemmEx(ctx_->blas(), CUBLAS_OP_T, CUBLAS_OP_N, int(rows), n_tok, int(w.n_in), &one, tile,
-                                   CUDA_R_16F, int(w.n_in), xh, CUDA_R_16F, int(w.n_in), &zero, y + r0, CUDA_R_32F,
+                                   CUDA_R_16F, int(w.n_in), xh, CUDA_R_16F, int(w.n_in), &beta, y + r0, CUDA_R_32F,
                                    int(w.n_out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
   return {};
@@ -341,7 +352,7 @@ status cuda_backend::matmul(const device_matrix& w, const float* x, int n_tok, f
 
 // Decode-sized batches run matrices that share x (and type and n_in) as one mat-vec launch,
 // with `add` folding the residual add into it (y += W·x): fewer launches and no tmp pass.
-// Otherwise each goes through matmul(), and `add` through tmp_ and launch_add.
+// Otherwise each goes through matmul(), x converted to fp16 once for all of them.
 status cuda_backend::matmul_fused(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add) {
   const device_matrix& w0 = *jobs.begin()->w;
   bool fused = n_tok <= k_matvec_max_tokens && gpu_can_matvec(w0.type) && jobs.size() <= k_matvec_max_outputs &&
@@ -354,19 +365,13 @@ status cuda_backend::matmul_fused(std::initializer_list<matmul_job> jobs, const 
     TANDEM_CUDA_TRY(launch_matvec_multi(w0.type, w0.n_in, outs, n, x, n_tok, add, matvec_work_.get(), ctx_->stream()));
     return {};
   }
-  for (const auto& j : jobs) {
-    if (!add) {
-      TANDEM_TRY(matmul(*j.w, x, n_tok, j.y));
-      continue;
-    }
-    bool done = false;
-    TANDEM_TRY(try_qgemm(*j.w, x, n_tok, j.y, true, done));
-    if (done) continue;
-    float* tmp = tmp_.get<float>();  // sized for n_embd outputs: only wo and down add
-    TANDEM_TRY(matmul(*j.w, x, n_tok, tmp));
-    TANDEM_CUDA_TRY(launch_add(j.y, tmp, int64_t(n_tok) * j.w->n_out, ctx_->stream()));
-  }
-  return {};
+  // The jobs share x: its fp16 copy is made once for all of them.
+  xh_reuse_ = true, xh_src_ = nullptr;
+  status st;
+  for (const auto& j : jobs)
+    if (!(st = matmul(*j.w, x, n_tok, j.y, add)).ok()) break;
+  xh_reuse_ = false;
+  return st;
 }
 
 // Decode-sized steps whose matrices all take the mat-vec: their x comes quantized from the kernel

@@ -87,7 +87,9 @@ class cuda_backend final : public cuda_stage {
   bool adds_residual() const { return !comm_ || range_.embedding; }
   status attention(uint32_t il, cuda_kv_cache& cache, bool quantize_out = false);
   status attention_runs(uint32_t il, cuda_kv_cache& cache);
-  status matmul(const device_matrix& w, const float* x, int n_tok, float* y);
+  // y = W·x, or with add y += W·x.
+  status matmul(const device_matrix& w, const float* x, int n_tok, float* y, bool add = false);
+  status x_to_f16(const float* x, int64_t n);
   status try_qgemm(const device_matrix& w, const float* x, int n_tok, float* y, bool add, bool& done);
   status output_head(const float* x, int n_tok, float* y);
   struct matmul_job {
@@ -131,6 +133,10 @@ class cuda_backend final : public cuda_stage {
   // Activations: residual x, normed xn, q/k/v, attention output, tmp, FFN gate/up, fp16 copies.
   device_buffer x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, xh_, xo_, logits_;
   device_buffer weight_tile_, attn_work_;
+  // While matmul_fused runs its jobs (they share x), xh_ keeps the fp16 copy of xh_src_; every
+  // other matmul converts its own x.
+  bool xh_reuse_ = false;
+  const float* xh_src_ = nullptr;
   // Prefill passes: the step's RoPE rotations per token (launch_rope_table), which every
   // attention layer's fused norm + RoPE + store reads; rot_ready_ when this step computed them.
   device_buffer rot_;
@@ -139,8 +145,9 @@ class cuda_backend final : public cuda_stage {
   device_buffer qgemm_work_;   // the decode-batch GEMM's partial sums (kernels/qgemm.h)
   size_t qgemm_floats_ = 0;    // their floats per token for this device's largest need
   // Hybrid models: wq's output [q, gate] and the gate; the DeltaNet's qkv, conv output u, z, the
-  // gate inputs b and a, the gates g and beta, the rule's output o and the gated norm's y.
-  device_buffer qg_, attn_gate_, dn_qkv_, dn_u_, dn_z_, dn_b_, dn_a_, dn_o_, dn_y_;
+  // gate inputs b and a, the gates g and beta, the rule's output o and the gated norm's y; the
+  // chunked rule's workspace (dn_work_, for steps long enough to use it).
+  device_buffer qg_, attn_gate_, dn_qkv_, dn_u_, dn_z_, dn_b_, dn_a_, dn_o_, dn_y_, dn_work_;
   // MoE layers: router logits, each token's k expert ids and weights, the (token, slot) rows'
   // gate/up and down outputs, prefill's grouping (counts, offsets, tile offsets, perm), and the
   // experts' own workspace (the int8 copy of x, or fp16 x and the grouping's histograms).

@@ -441,9 +441,10 @@ TEST(PlanHybrid, SplitNoneMatchesHandComputation) {
   // As the plain model (see Plan.SplitNoneMatchesHandComputation, same E/F/heads, xh now 512·512·2)
   // plus gated attention's qg 512·512·4 and gate 512·256·4, the DeltaNet's qkv and conv output
   // 2·512·256·4, z, o, y 3·512·128·4, b 512·8·4 (room for b and a side by side) and a 512·4·4,
-  // and 4 ints of one run; RoPE rotations 512·32·4.
+  // and 4 ints of one run; RoPE rotations 512·32·4; the chunked rule's workspace
+  // 512·(2·2·32 + 4·(32 + 32 + 64 + 1))·4.
   const uint64_t plain = 1572864 + 1048576 + 524288 + 2097152 + 524288 + 65536 + 1024 + 2048 + 4;
-  EXPECT_EQ(u.activations, plain + (2560 + 1 + 32 + 4) * 4 + 1048576 + 524288 + 1048576 + 786432 + 24576);
+  EXPECT_EQ(u.activations, plain + (2560 + 1 + 32 + 4) * 4 + 1048576 + 524288 + 1048576 + 786432 + 24576 + 1318912);
   // The workspace is the plain model's: the same largest matrix, widths, heads and batch.
   EXPECT_EQ(u.workspace, 262144 + 5120 + 8650752);
   EXPECT_EQ(u.total, u.weights + u.kv_cache + u.state + u.activations + u.workspace + u.overhead);
