@@ -122,22 +122,51 @@ __global__ void __launch_bounds__(256) moe_swiglu_q8_kernel(const float* gate, c
   }
 }
 
-// Sigmoid: the weights are the shared expert's gate logits, applied as sigmoid(w) (k = 1).
-template <bool Sigmoid>
+// out[t][i] (+)= sum_j w(t, j) * y[t * k + j][i], j in slot order with one fmaf each, for V
+// consecutive i a thread (V = 4 when n_embd allows float4 rows): the k loads are all issued
+// before the sums, which a loop over a runtime k would have serialized. Sigmoid: w(t, j) =
+// sigmoid(w[t * k + j]) (the shared expert's gate), else w[t * k + j].
+template <bool Sigmoid, int V>
 __global__ void __launch_bounds__(256) moe_combine_kernel(const float* __restrict__ y, const float* __restrict__ w,
                                                           int n_tok, int k, int64_t n_embd, float* out, bool add) {
+  using vec = std::conditional_t<V == 4, float4, float>;
   pdl_wait();
   pdl_trigger();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (i >= n_embd) return;
   for (int t = blockIdx.y; t < n_tok; t += gridDim.y) {
     const float* wt = w + static_cast<int64_t>(t) * k;
     const float* yt = y + static_cast<int64_t>(t) * k * n_embd + i;
-    float s = 0.f;
-    for (int j = 0; j < k; ++j) s = fmaf(Sigmoid ? 1.f / (1.f + expf(-wt[j])) : wt[j], yt[j * n_embd], s);
+    vec yv[k_moe_max_k];
+    float wv[k_moe_max_k];
+#pragma unroll
+    for (int j = 0; j < k_moe_max_k; ++j)
+      if (j < k) yv[j] = *reinterpret_cast<const vec*>(yt + j * n_embd), wv[j] = wt[j];
+    float s[V] = {};
+#pragma unroll
+    for (int j = 0; j < k_moe_max_k; ++j) {
+      if (j >= k) break;
+      const float wj = Sigmoid ? 1.f / (1.f + expf(-wv[j])) : wv[j];
+      const float* yj = reinterpret_cast<const float*>(&yv[j]);
+#pragma unroll
+      for (int e = 0; e < V; ++e) s[e] = fmaf(wj, yj[e], s[e]);
+    }
     float* o = out + static_cast<int64_t>(t) * n_embd + i;
-    *o = add ? *o + s : s;
+#pragma unroll
+    for (int e = 0; e < V; ++e) o[e] = add ? o[e] + s[e] : s[e];
   }
+}
+
+// The combine's launch: float4 rows where n_embd and the pointers allow.
+template <bool Sigmoid>
+cudaError_t launch_combine(const float* y, const float* w, int n_tok, int k, int64_t n_embd, float* out, bool add,
+                           cudaStream_t stream) {
+  const bool v4 = n_embd % 4 == 0 && aligned(y, 16) && aligned(out, 16);
+  const int64_t per_block = 256 * (v4 ? 4 : 1);
+  const dim3 grid(static_cast<unsigned>((n_embd + per_block - 1) / per_block),
+                  static_cast<unsigned>(std::min(n_tok, 65535)));
+  if (v4) return launch_pdl(moe_combine_kernel<Sigmoid, 4>, grid, dim3(256), stream, y, w, n_tok, k, n_embd, out, add);
+  return launch_pdl(moe_combine_kernel<Sigmoid, 1>, grid, dim3(256), stream, y, w, n_tok, k, n_embd, out, add);
 }
 
 // ---- Decode mat-vec -----------------------------------------------------------------------
@@ -484,20 +513,14 @@ cudaError_t launch_moe_combine(const float* y, const float* weights, int n_tok, 
                                bool add, cudaStream_t stream) {
   if (n_tok < 0 || k < 1 || k > k_moe_max_k || n_embd < 0) return cudaErrorInvalidValue;
   if (n_tok == 0 || n_embd == 0) return cudaSuccess;
-  const auto gx = static_cast<unsigned>((n_embd + 255) / 256);
-  const auto gy = static_cast<unsigned>(std::min(n_tok, 65535));
-  return launch_pdl(moe_combine_kernel<false>, dim3(gx, gy), dim3(256), stream, y, weights, n_tok, k, n_embd, out,
-                    add);
+  return launch_combine<false>(y, weights, n_tok, k, n_embd, out, add, stream);
 }
 
 cudaError_t launch_moe_shared_add(const float* y, const float* gate_logits, int n_tok, int64_t n_embd, float* out,
                                   cudaStream_t stream) {
   if (n_tok < 0 || n_embd < 0) return cudaErrorInvalidValue;
   if (n_tok == 0 || n_embd == 0) return cudaSuccess;
-  const auto gx = static_cast<unsigned>((n_embd + 255) / 256);
-  const auto gy = static_cast<unsigned>(std::min(n_tok, 65535));
-  return launch_pdl(moe_combine_kernel<true>, dim3(gx, gy), dim3(256), stream, y, gate_logits, n_tok, 1, n_embd, out,
-                    true);
+  return launch_combine<true>(y, gate_logits, n_tok, 1, n_embd, out, true, stream);
 }
 
 size_t moe_group_work_bytes(int n_tok, int k, int n_expert) {

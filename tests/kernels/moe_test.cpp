@@ -271,9 +271,9 @@ TEST(moe, matvec_rejects_bad_arguments) {
 
 TEST(moe, combine_weighted_sum_and_residual) {
   REQUIRE_GPU();
-  for (int k : {1, 3, 8}) {
+  for (int k : {1, 3, 8, 16})
+  for (int64_t n : {1000, 1001}) {  // float4 rows, and the scalar kernel
     const int n_tok = 5;
-    const int64_t n = 1000;
     const auto y = randoms(size_t(n_tok * k * n), 21), w = randoms(size_t(n_tok * k), 22, 0.f, 1.f),
                r = randoms(size_t(n_tok * n), 23);
     for (bool add : {false, true}) {
@@ -284,7 +284,7 @@ TEST(moe, combine_weighted_sum_and_residual) {
         for (int64_t i = 0; i < n; ++i) {
           double s = add ? r[t * n + i] : 0.0, mag = std::fabs(s);
           for (int j = 0; j < k; ++j) s += double(w[t * k + j]) * y[(t * k + j) * n + i], mag += std::fabs(w[t * k + j] * y[(t * k + j) * n + i]);
-          ASSERT_NEAR(o[t * n + i], s, 1e-6 * mag + 1e-7) << "k " << k << " t " << t << " i " << i;  // k fmas
+          ASSERT_NEAR(o[t * n + i], s, 1e-6 * mag + 1e-7) << "k " << k << " n " << n << " t " << t << " i " << i;  // k fmas
         }
     }
   }
