@@ -44,6 +44,17 @@ __device__ __forceinline__ int x_slot(int c, int r) { return c ^ ((c >> 3) & 3) 
 // that up to 24 tokens shared memory leaves room for more blocks an SM than registers do (3-4,
 // tests/kernels/occupancy_budget.txt) and a 4096-input matrix (two stages a piece) has all its
 // loads in flight at once. A 16-warp block is alone on its SM: as many as fit 216 KiB.
+// Shared memory one SM offers its blocks, per architecture (the device pass; the host pass does
+// not use it). Two blocks of more than half of it cannot share an SM, and asking ptxas for two
+// would only cap a thread's registers at 128 and spill.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870)
+constexpr int k_sm_smem = 164 * 1024;
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr int k_sm_smem = 100 * 1024;
+#else
+constexpr int k_sm_smem = 228 * 1024;
+#endif
+
 template <class T, int W, int NT8>
 struct frag_geom {
   static constexpr int warps = W, threads = 32 * W, BN = 16 * W;
@@ -51,8 +62,9 @@ struct frag_geom {
   static constexpr int stage = w_bytes + NT8 * 8 * k_x_row, budget = W == 16 ? 221184 : 40960;
   static constexpr int S = budget / stage >= 4 ? 4 : budget / stage >= 3 ? 3 : 2;
   static constexpr int smem = S * stage;
-  // Registers for two 8-warp blocks or one 16-warp block an SM (0: ptxas decides).
-  static constexpr int min_blocks = W == 16 ? 1 : W == 8 ? 2 : 0;
+  // Registers for two 8-warp blocks (when their shared memory fits an SM, 1 KiB reserved each)
+  // or one 16-warp block an SM (0: ptxas decides).
+  static constexpr int min_blocks = W == 16 ? 1 : W == 8 ? (2 * (smem + 1024) <= k_sm_smem ? 2 : 1) : 0;
 };
 
 // A thread's share of each stage's copy, its rows worked out once (per 16-byte chunk, that
