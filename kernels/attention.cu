@@ -18,6 +18,7 @@
 #include "kernels/matvec_x.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/q8_fit.cuh"
+#include "kernels/rope.cuh"
 #include "kernels/quant_blocks.cuh"
 
 namespace tandem {
@@ -109,9 +110,8 @@ __device__ void prepare_row(const qk_rope_store_args& a, int t, int j, rope_prep
       p.c[k] = cs.x, p.s[k] = cs.y;
       continue;
     }
-    const double freq = pow(static_cast<double>(a.theta), -2.0 * i / a.rope_dim);
-    const double angle = static_cast<double>(a.pos[t]) * freq;
-    p.c[k] = static_cast<float>(cos(angle)), p.s[k] = static_cast<float>(sin(angle));
+    const float2 cs = rope_rotation(a.pos[t], i, a.rope_dim, a.theta);
+    p.c[k] = cs.x, p.s[k] = cs.y;
   }
 }
 

@@ -3,6 +3,8 @@
 // gated RMS norm, and the two small pieces of gated attention. fp32 throughout, with the formulas of backend/cpu/delta_net_ops.cpp.
 #include "kernels/delta_net.h"
 
+#include "kernels/delta_net_math.cuh"
+
 #include <cstdint>
 
 namespace tandem {
@@ -18,15 +20,9 @@ unsigned grid_for(int64_t items) {
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
-__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
-// PyTorch's softplus threshold (20), as the CPU reference: above it log1p(exp(x)) == x in float.
-__device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(k_full, v, o);
-  return v;
-}
+using dn::sigmoid;
+using dn::softplus;
+using dn::warp_sum;
 
 // ---------------------------------------------------------------------------------------------
 // Causal conv. One thread per (run, channel, slice of the run's tokens), the K-1 previous inputs

@@ -3,12 +3,13 @@
 // fp32 on CUDA cores; the formulas are gated_delta_rule_chunked's (backend/cpu/delta_net_ops.cpp).
 #include "kernels/delta_net.h"
 
+#include "kernels/delta_net_math.cuh"
+
 #include <cstdint>
 
 namespace tandem {
 namespace {
 
-constexpr unsigned k_full = 0xffffffffu;
 constexpr int k_chunk = 64;          // tokens per chunk (the CPU reference's and Hugging Face's)
 constexpr int k_slab = 32;           // columns of a [chunk][dk] operand staged in shared memory at once
 constexpr int k_prep_threads = 256;  // kernel A: a thread per column of the triangular solve's right side
@@ -16,15 +17,9 @@ constexpr int k_state_threads = 128;
 constexpr int k_state_cols = 16;     // state columns per kernel-B block: dv / 16 blocks per (run, v-head)
 constexpr int k_max_dk = 256;
 
-// The gate nonlinearities as delta_net.cu (and the CPU's delta_net_gates) computes them.
-__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
-__device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(k_full, v, o);
-  return v;
-}
+using dn::sigmoid;
+using dn::softplus;
+using dn::warp_sum;
 
 // What kernel A hands kernel B, indexed by batch row t (a chunk's rows are its run's rows), T rows.
 struct chunk_work {

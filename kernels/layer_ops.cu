@@ -12,6 +12,7 @@
 #include "kernels/matvec_x.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/quant_blocks.cuh"
+#include "kernels/rope.cuh"
 
 namespace tandem {
 namespace {
@@ -163,9 +164,8 @@ __global__ void rope_kernel(float* x, const int32_t* __restrict__ pos, int n_tok
   const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= static_cast<int64_t>(n_tok) * half) return;
   const int t = static_cast<int>(item / half), i = static_cast<int>(item % half);
-  const double freq = pow(static_cast<double>(theta), -2.0 * i / rope_dim);
-  const double angle = static_cast<double>(pos[t]) * freq;
-  const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
+  const float2 cs = rope_rotation(pos[t], i, rope_dim, theta);
+  const float c = cs.x, s = cs.y;
   const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
   float* row = x + static_cast<int64_t>(t) * n_heads * head_dim;
   for (int h = 0; h < n_heads; ++h) {
@@ -182,10 +182,7 @@ __global__ void rope_table_kernel(const int32_t* __restrict__ pos, int n_tok, in
   const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= static_cast<int64_t>(n_tok) * half) return;
   const int t = static_cast<int>(item / half), i = static_cast<int>(item % half);
-  const double freq = pow(static_cast<double>(theta), -2.0 * i / rope_dim);
-  const double angle = static_cast<double>(pos[t]) * freq;
-  reinterpret_cast<float2*>(rot + static_cast<int64_t>(t) * rope_dim)[i] =
-      make_float2(static_cast<float>(cos(angle)), static_cast<float>(sin(angle)));
+  reinterpret_cast<float2*>(rot + static_cast<int64_t>(t) * rope_dim)[i] = rope_rotation(pos[t], i, rope_dim, theta);
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* __restrict__ up, float* out, int64_t n) {

@@ -365,12 +365,14 @@ std::vector<int32_t> gemm_ids(const gemm_case& c) {
   return ids;
 }
 
+std::string describe(const gemm_case& c) {
+  return std::string(type_name(c.type)) + " tok " + std::to_string(c.n_tok) + " k " + std::to_string(c.k) + " E " +
+         std::to_string(c.n_expert) + " " + std::to_string(c.n_out) + "x" + std::to_string(c.n_in) + " rows " +
+         std::to_string(int(c.x_rows)) + "/" + std::to_string(int(c.y_rows)) + " ids " + std::to_string(c.ids_kind);
+}
+
 void check_gemm(const gemm_case& c) {
-  const std::string what = std::string(type_name(c.type)) + " tok " + std::to_string(c.n_tok) + " k " +
-                           std::to_string(c.k) + " E " + std::to_string(c.n_expert) + " " + std::to_string(c.n_out) +
-                           "x" + std::to_string(c.n_in) + " rows " + std::to_string(int(c.x_rows)) + "/" +
-                           std::to_string(int(c.y_rows)) + " ids " + std::to_string(c.ids_kind);
-  SCOPED_TRACE(what);
+  SCOPED_TRACE(describe(c));
   const auto ids = gemm_ids(c);
   const int64_t n_pairs = int64_t(c.n_tok) * c.k;
   const int64_t x_rows = c.x_rows == moe_rows::by_token ? c.n_tok : n_pairs;
@@ -473,11 +475,7 @@ TEST(moe, prefill_pipeline_with_device_grouping) {
 // The fused gate/up SwiGLU against launch_moe_gemm of both then launch_swiglu: the same products
 // and the same float expression, so the same bits (every row is in a group: no invalid ids).
 void check_gemm_swiglu(const gemm_case& c) {
-  const std::string what = std::string(type_name(c.type)) + " tok " + std::to_string(c.n_tok) + " k " +
-                           std::to_string(c.k) + " E " + std::to_string(c.n_expert) + " " + std::to_string(c.n_out) +
-                           "x" + std::to_string(c.n_in) + " rows " + std::to_string(int(c.x_rows)) + "/" +
-                           std::to_string(int(c.y_rows)) + " ids " + std::to_string(c.ids_kind);
-  SCOPED_TRACE(what);
+  SCOPED_TRACE(describe(c));
   const auto ids = gemm_ids(c);
   const int64_t n_pairs = int64_t(c.n_tok) * c.k, n = n_pairs * c.n_out;
   const int64_t x_rows = c.x_rows == moe_rows::by_token ? c.n_tok : n_pairs;
