@@ -26,7 +26,7 @@ constexpr uint64_t k_max_kv_slots = 0x7fffffffull;      // normalize_kv_config's
 constexpr uint64_t k_block_bucket = 32;                 // make_plan(): block-table width rounding
 constexpr uint64_t k_matvec_tokens = 8;                 // kernels/matvec.h k_matvec_max_tokens
 constexpr uint64_t k_dn_chunk = 64;        // kernels/delta_net_chunked.cu k_chunk
-constexpr uint64_t k_dn_chunked_min = 64;  // cuda_hybrid_block.cpp k_dn_chunked_min_tokens
+constexpr uint64_t k_dn_chunked_min = 128;  // cuda_hybrid_block.cpp k_dn_chunked_min_tokens
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
