@@ -105,5 +105,28 @@ TEST(gpu_fit, one_device_too_small_is_refused_with_the_sizes) {
   }
 }
 
+// The largest forward pass is counted: a pass of 65535 tokens needs more activation bytes than
+// the default 512-token one (a serving session plans its prefill chunk + one token a sequence).
+// The tiny model's buffers are small enough that allocation rounding hides a few thousand tokens.
+TEST(gpu_fit, the_pass_size_is_counted) {
+  auto m = test::make_tiny_model(test::tiny_model_options{});
+  ASSERT_TRUE(m.ok()) << m.message();
+  kv_cache_config cache;
+  cache.n_ctx = 64;
+  device_request small;
+  small.bytes = 600ull << 20;
+  small.text = "600MiB";
+  auto needs = [&](uint32_t n_batch) {
+    auto r = check_gpu_fit((*m)->desc, sized_device(small), cache, n_batch);
+    EXPECT_FALSE(r.ok());
+    const std::string msg = r.ok() ? std::string() : r.message();
+    const size_t at = msg.find("needs ");
+    return at == std::string::npos ? uint64_t{0} : std::stoull(msg.substr(at + 6));
+  };
+  const uint64_t at_512 = needs(512), at_max = needs(65535);
+  EXPECT_GT(at_512, 0u);
+  EXPECT_GT(at_max, at_512);
+}
+
 }  // namespace
 }  // namespace tandem
