@@ -45,7 +45,9 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 
 void run_logits(const logits_options& o) {
   const auto ids = parse_ids(o.tokens);
-  auto inst = open_instance({o.model, o.kv_type, uint32_t(ids.size()), o.threads, o.dev.gpu, o.dev.gpus, o.dev.ratios, o.dev.split});
+  // One forward over all the tokens: the plan counts a pass of that many.
+  auto inst = open_instance({o.model, o.kv_type, uint32_t(ids.size()), o.threads, o.dev.gpu, o.dev.gpus, o.dev.ratios,
+                             o.dev.split, uint32_t(ids.size())});
   batch b;
   for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], 0, int32_t(i), true);
   std::vector<float> logits;

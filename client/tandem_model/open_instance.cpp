@@ -1,6 +1,8 @@
 // Opens a model for the generation, perplexity and logits commands.
 #include "open_instance.h"
 
+#include <algorithm>
+
 #include "cli_common.h"
 #include "quant/ggml_type.h"
 
@@ -17,6 +19,7 @@ std::unique_ptr<model_instance> open_instance(const open_args& a) {
   io.split = a.split;
   io.cache.n_ctx = a.n_ctx;
   io.cache.type = *kv;
+  io.n_batch = std::max<uint32_t>(1, a.n_batch);
   auto inst = model_instance::open(a.model, io);
   if (!inst) fail(inst.message());
   return std::move(*inst);

@@ -21,6 +21,7 @@ struct open_args {
   std::string gpus;    // several GPUs (a layer or tensor split); see instance_options
   std::string ratios;
   std::string split;   // with gpus: layer (default) or tensor
+  uint32_t n_batch = 512;  // most tokens in one forward pass (the memory plan counts them)
 };
 
 std::unique_ptr<model_instance> open_instance(const open_args& a);

@@ -2,6 +2,7 @@
 // perplexity tool computes it (see runtime/perplexity.h), printing the same running estimates.
 #include "perplexity_cmd.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -31,7 +32,8 @@ void run_perplexity(const perplexity_options& o) {
   std::ifstream in(o.file, std::ios::binary);
   if (!in) fail("cannot read " + o.file);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto inst = open_instance({o.model, o.kv_type, o.ctx, o.threads, o.dev.gpu, o.dev.gpus, o.dev.ratios, o.dev.split});
+  auto inst = open_instance({o.model, o.kv_type, o.ctx, o.threads, o.dev.gpu, o.dev.gpus, o.dev.ratios, o.dev.split,
+                             std::min(o.batch, o.ctx)});
   auto tok = tokenizer::from_gguf(inst->file());
   if (!tok) fail(tok.message());
   // As llama.cpp: the whole text is tokenized once, with BOS when the model adds one.
