@@ -302,8 +302,7 @@ cudaError_t launch_store_kv(const float* k, const float* v, void* k_cache, void*
 }
 
 cudaError_t launch_qk_rope_store(const qk_rope_store_args& a, cudaStream_t stream) {
-  if (a.n_tok < 0 || a.n_head <= 0 || a.n_head_kv <= 0 || a.head_dim < 32 || a.head_dim > 256 ||
-      a.head_dim % 32 != 0 || a.rope_dim <= 0 || a.rope_dim % 2 != 0 || a.rope_dim > a.head_dim)
+  if (a.n_tok < 0 || a.n_head <= 0 || a.n_head_kv <= 0 || !qk_rope_store_fits(a.head_dim, a.rope_dim))
     return cudaErrorInvalidValue;
   const int64_t rows = static_cast<int64_t>(a.n_tok) * (a.n_head + 2 * a.n_head_kv);
   if (rows == 0) return cudaSuccess;

@@ -44,6 +44,11 @@ struct qk_rope_store_args {
   const float* rot = nullptr;
 };
 cudaError_t launch_qk_rope_store(const qk_rope_store_args& a, cudaStream_t stream);
+// The head shapes launch_qk_rope_store takes (others: cudaErrorInvalidValue).
+inline bool qk_rope_store_fits(int head_dim, int rope_dim) {
+  return head_dim >= 32 && head_dim <= 256 && head_dim % 32 == 0 && rope_dim > 0 && rope_dim % 2 == 0 &&
+         rope_dim <= head_dim;
+}
 
 struct paged_attention_args {
   const float* q = nullptr;         // [n_tok][n_head][head_dim]

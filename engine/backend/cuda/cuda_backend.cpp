@@ -28,8 +28,7 @@ constexpr int64_t k_weight_tile_elems = 64ll << 20;  // fp16 weight elements deq
 
 // Whether launch_qk_rope_store takes this model's heads (else the separate norm, RoPE and store).
 bool fused_rope_fits(const hparams& hp) {
-  return hp.n_head > 0 && hp.n_head_kv > 0 && hp.head_dim >= 32 && hp.head_dim <= 256 && hp.head_dim % 32 == 0 &&
-         hp.rope_dim > 0 && hp.rope_dim % 2 == 0 && hp.rope_dim <= hp.head_dim;
+  return hp.n_head > 0 && hp.n_head_kv > 0 && qk_rope_store_fits(int(hp.head_dim), int(hp.rope_dim));
 }
 
 }  // namespace

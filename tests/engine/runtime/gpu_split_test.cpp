@@ -76,7 +76,7 @@ TEST(gpu_split, bad_split_is_refused_by_name) {
 
 // A single-GPU load is checked against the device before anything is allocated, as a split is:
 // the error names the bytes the model needs and those free.
-TEST(gpu_fit, one_device_too_small_is_refused_with_the_sizes) {
+TEST(gpu_fit, one_device_too_small_is_refused_with_the_sizes_it_counts) {
   auto m = test::make_tiny_model(test::tiny_model_options{});
   ASSERT_TRUE(m.ok()) << m.message();
   kv_cache_config cache;
@@ -95,6 +95,19 @@ TEST(gpu_fit, one_device_too_small_is_refused_with_the_sizes) {
   EXPECT_NE(r.message().find("needs "), std::string::npos) << r.message();
   EXPECT_NE(r.message().find(" bytes and "), std::string::npos) << r.message();
   EXPECT_NE(r.message().find(" are free for it"), std::string::npos) << r.message();
+  // The largest forward pass is counted: one of 65535 tokens needs more activation bytes than the
+  // default 512-token one (a serving session plans its prefill chunk + one token a sequence; the
+  // tiny model's buffers are small enough that allocation rounding hides a few thousand tokens).
+  auto needs = [&](uint32_t n_batch) {
+    auto f = check_gpu_fit((*m)->desc, sized_device(small), cache, n_batch);
+    EXPECT_FALSE(f.ok());
+    const std::string msg = f.ok() ? std::string() : f.message();
+    const size_t at = msg.find("needs ");
+    return at == std::string::npos ? uint64_t{0} : std::stoull(msg.substr(at + 6));
+  };
+  const uint64_t at_512 = needs(512), at_max = needs(65535);
+  EXPECT_GT(at_512, 0u);
+  EXPECT_GT(at_max, at_512);
   // A larger cache is counted: a context that fits 4 GiB alone does not once the cache is huge.
   cache.n_ctx = 1u << 24;
   cache.n_seq_max = 64;
@@ -103,29 +116,6 @@ TEST(gpu_fit, one_device_too_small_is_refused_with_the_sizes) {
   if (!huge.ok()) {
     EXPECT_NE(huge.message().find("KV cache"), std::string::npos) << huge.message();
   }
-}
-
-// The largest forward pass is counted: a pass of 65535 tokens needs more activation bytes than
-// the default 512-token one (a serving session plans its prefill chunk + one token a sequence).
-// The tiny model's buffers are small enough that allocation rounding hides a few thousand tokens.
-TEST(gpu_fit, the_pass_size_is_counted) {
-  auto m = test::make_tiny_model(test::tiny_model_options{});
-  ASSERT_TRUE(m.ok()) << m.message();
-  kv_cache_config cache;
-  cache.n_ctx = 64;
-  device_request small;
-  small.bytes = 600ull << 20;
-  small.text = "600MiB";
-  auto needs = [&](uint32_t n_batch) {
-    auto r = check_gpu_fit((*m)->desc, sized_device(small), cache, n_batch);
-    EXPECT_FALSE(r.ok());
-    const std::string msg = r.ok() ? std::string() : r.message();
-    const size_t at = msg.find("needs ");
-    return at == std::string::npos ? uint64_t{0} : std::stoull(msg.substr(at + 6));
-  };
-  const uint64_t at_512 = needs(512), at_max = needs(65535);
-  EXPECT_GT(at_512, 0u);
-  EXPECT_GT(at_max, at_512);
 }
 
 }  // namespace
