@@ -1,5 +1,5 @@
-// Host launchers for mixture-of-experts FFNs: routing (softmax, top-k), the decode mat-vec over
-// each token's selected experts, prefill's grouping of (token, slot) rows by expert and the
+// Host launchers for mixture-of-experts FFNs (routing: kernels/moe_route.h): the decode mat-vec
+// over each token's selected experts, prefill's grouping of (token, slot) rows by expert and the
 // grouped GEMM over those groups, and the weighted combine. All pointers are device pointers;
 // nothing reads device data on the host, so every launch is CUDA-graph capturable (fixed grids).
 #pragma once
@@ -16,18 +16,6 @@ namespace tandem {
 constexpr int k_moe_max_experts = 512;  // routing and grouping
 constexpr int k_moe_max_k = 16;         // experts per token
 constexpr int k_moe_matvec_max_tokens = 8;
-
-// ---- Routing ------------------------------------------------------------------------------
-// Per token t: p = softmax(logits[t * n_expert ...]) in float32 (max subtracted), then the k
-// largest: ids[t * k + j], weights[t * k + j] for j = 0..k-1 in descending order, ties to the
-// lower expert id. With renorm the k weights are divided by their sum (so they sum to 1).
-// Selection compares logits (softmax is monotone), so equal logits tie exactly on CPU and GPU
-// whatever exp's last-bit rounding; distinct logits whose weights round equal keep logit order.
-// NaN logits are never selected unless fewer than k are not NaN (then the lowest ids come).
-// 1 <= n_expert <= k_moe_max_experts, 1 <= k <= min(n_expert, k_moe_max_k), n_tok >= 0; else
-// cudaErrorInvalidValue. Deterministic (one warp per token, fixed reduction order).
-cudaError_t launch_moe_route(const float* logits, int n_tok, int n_expert, int k, bool renorm, int32_t* ids,
-                             float* weights, cudaStream_t stream);
 
 // ---- Decode mat-vec over the selected experts ---------------------------------------------
 // F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K (as launch_matvec).

@@ -19,6 +19,7 @@
 #include "kernels/layer_ops.h"
 #include "kernels/matvec.h"
 #include "kernels/moe.h"
+#include "kernels/moe_route.h"
 #include "quant/half.h"
 #include "quant/quant.h"
 #include "kernel_test_util.h"

@@ -9,6 +9,7 @@
 #include "kernels/layer_ops.h"
 #include "kernels/matvec.h"
 #include "kernels/moe.h"
+#include "kernels/moe_route.h"
 
 namespace tandem {
 namespace {
