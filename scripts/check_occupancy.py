@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Occupancy guard for the decode kernels (and prefill attention's): compiles kernels/matvec.cu, layer_ops.cu,
-attention.cu, attention_deep.cu, delta_net.cu, delta_net_chunked.cu, moe.cu, moe_gemm.cu, qgemm.cu, qgemm_frag.cu and flash_attention_mma.cu
+attention.cu, attention_deep.cu, delta_net.cu, delta_net_chunked.cu, moe.cu, moe_route.cu, moe_gemm.cu, qgemm.cu, qgemm_frag.cu and flash_attention_mma.cu
 for sm_90 with ptxas's resource report and fails if any kernel now fits fewer blocks per SM than
 tests/kernels/occupancy_budget.txt records, or keeps more of its locals in a stack frame (local memory: a
 register array indexed by a loop variable lands there, and the grouped decode kernel lost ~25% of its
@@ -20,7 +20,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUDGET = os.path.join(ROOT, "tests", "kernels", "occupancy_budget.txt")
 SOURCES = ["kernels/matvec.cu", "kernels/layer_ops.cu", "kernels/attention.cu", "kernels/attention_deep.cu",
-           "kernels/delta_net.cu", "kernels/delta_net_chunked.cu", "kernels/moe.cu", "kernels/moe_gemm.cu", "kernels/qgemm.cu", "kernels/qgemm_frag.cu",
+           "kernels/delta_net.cu", "kernels/delta_net_chunked.cu", "kernels/moe.cu", "kernels/moe_route.cu", "kernels/moe_gemm.cu", "kernels/qgemm.cu", "kernels/qgemm_frag.cu",
            "kernels/flash_attention_mma.cu"]
 REGS_PER_SM, MAX_BLOCKS, WARP_ALLOC = 65536, 32, 256  # sm_90
 
@@ -37,9 +37,10 @@ def blocks_per_sm(regs, threads):
 THREADS = {"matvec_kernel": None, "rms_norm_wide_kernel": 256, "paged_attention_kernel": 128,
            "paged_deep_kernel": 128, "flash_mma_kernel": 128,
            "qk_rope_store_kernel": 128, "dn_rule_kernel": 128, "dn_conv_kernel": 128,
-           "moe_matvec_kernel": 128, "moe_gemm_kernel": 256, "moe_route_kernel": 128, "qgemm_kernel": 256,
+           "moe_matvec_kernel": 128, "moe_gemm_kernel": 256, "moe_route_kernel": 128, "moe_router_route_kernel": 256, "qgemm_kernel": 256,
            "qgemm_grouped_kernel": 256, "qgemm_frag_kernel": None,
-           "qgemm_frag_grouped_kernel": 256, "dn_chunk_prep_kernel": 256, "dn_chunk_state_kernel": 128}
+           "qgemm_frag_grouped_kernel": 256, "dn_chunk_prep_kernel": 256, "dn_chunk_state_kernel": 128,
+           "dn_chunk_state_mma_kernel": 256}
 
 
 def threads_of(key):
