@@ -288,16 +288,14 @@ share_dims dims_of(const hparams& hp, const device_share& s) {
 
 // The MoE FFN's per-batch buffers (cuda_backend::ensure_moe_scratch): router logits
 // (T·n_expert), the k selected ids and weights per token, the gathered inputs and expert outputs
-// of the T·k (token, expert) pairs, their gate and up rows (T·k·n_ff_exp each), the shared
-// expert's gate and up, and the decode router's counter and logits (moe_router_route_work_bytes
-// for a decode batch of up to 8 tokens).
+// of the T·k (token, expert) pairs, their gate and up rows (T·k·n_ff_exp each), and the shared
+// expert's gate and up.
 uint64_t moe_activation_bytes(const hparams& hp, uint64_t T, bool has_layers,
                               const std::function<uint64_t(uint64_t)>& alloc) {
   if (!hp.moe() || !has_layers) return 0;
   const uint64_t f = sizeof(float), k = hp.n_expert_used, E = hp.n_embd;
-  const uint64_t dec = std::min<uint64_t>(T, 8);
   return alloc(T * hp.n_expert * f) + 2 * alloc(T * k * 4) + 2 * alloc(T * k * E * f) +
-         2 * alloc(T * k * hp.n_ff_exp * f) + 2 * alloc(T * hp.n_ff_shexp * f) + alloc(16 + dec * hp.n_expert * f);
+         2 * alloc(T * k * hp.n_ff_exp * f) + 2 * alloc(T * hp.n_ff_shexp * f);
 }
 
 // ensure_scratch for n_batch tokens with the device's heads and FFN columns, the packed per-batch

@@ -117,7 +117,7 @@ class cuda_backend final : public cuda_stage {
   bool moe() const { return hp_.moe(); }
   status moe_block(uint32_t il);
   status ensure_moe_scratch(int n_tok);
-  status route(const device_layer& L, const float* xn, int n_tok, bool fused);
+  status route(const device_layer& L, const float* xn, int n_tok);
   status moe_experts_decode(const device_layer& L, const float* xn, int n_tok, bool x_quantized);
   status moe_experts_prefill(const device_layer& L, const float* xn, int n_tok);
   status moe_shared_expert(const device_layer& L, const float* xn, int n_tok);
@@ -151,11 +151,8 @@ class cuda_backend final : public cuda_stage {
   device_buffer qg_, attn_gate_, dn_qkv_, dn_u_, dn_z_, dn_b_, dn_a_, dn_o_, dn_y_, dn_work_;
   // MoE layers: router logits, each token's k expert ids and weights, the (token, slot) rows'
   // gate/up and down outputs, prefill's grouping (counts, offsets, tile offsets, perm), and the
-  // experts' own workspace (the int8 copy of x, or fp16 x and the grouping's histograms), and
-  // the decode router's counter and logits.
-  device_buffer moe_logits_, moe_ids_, moe_w_, moe_gate_, moe_up_, moe_y_, moe_group_, moe_work_,
-      moe_route_work_;
-  bool shexp_gate_ready_ = false;  // route() left the shared expert's gate logits in moe_logits_
+  // experts' own workspace (the int8 copy of x, or fp16 x and the grouping's histograms).
+  device_buffer moe_logits_, moe_ids_, moe_w_, moe_gate_, moe_up_, moe_y_, moe_group_, moe_work_;
   int scratch_tokens_ = 0;
   cuda_graph_cache graphs_;
   bool use_graphs_ = true;

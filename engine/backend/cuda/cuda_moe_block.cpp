@@ -3,8 +3,6 @@
 // expert on the device and one grouped GEMM per projection), the weighted sum, and the shared
 // expert with its sigmoid gate. The math is backend/cpu/moe_ops.h's, through kernels/moe.h.
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "kernels/cuda_check.h"
@@ -20,16 +18,6 @@ namespace {
 size_t expert_stride(const device_matrix& w, int64_t n_out) { return size_t(w.row_bytes) * size_t(n_out); }
 
 bool decodes(const device_matrix& w, int n_tok) { return n_tok <= k_moe_matvec_max_tokens && gpu_can_moe_matvec(w.type); }
-
-// TANDEM_MOE_FUSED=0 keeps decode's router product and routing as two launches (to compare);
-// read once.
-bool moe_fused_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("TANDEM_MOE_FUSED");
-    return !(e && std::string_view(e) == "0");
-  }();
-  return on;
-}
 
 // y[t][o] = W[o] · x[t] in float32 (cuBLAS, no tensor-core rounding) for a float32 matrix: the
 // router's logits pick the experts, and fp16 operands (matmul's prefill path) err by ~1e-3 of a
@@ -58,12 +46,7 @@ status cuda_backend::ensure_moe_scratch(int n) {
   const size_t work = std::max({moe_matvec_work_bytes(int64_t(E), dec), moe_matvec_work_bytes(int64_t(F), dec * int(k)),
                                 moe_gemm_work_bytes(int64_t(E), int64_t(T)), moe_gemm_work_bytes(int64_t(F), int64_t(T * k)),
                                 moe_group_work_bytes(n, int(k), int(hp_.n_expert))});
-  TANDEM_TRY(moe_work_.alloc(std::max<size_t>(work, 16)));
-  // The decode router's completion counter starts at zero; each launch leaves it so.
-  const size_t route_work = moe_router_route_work_bytes(dec, int(hp_.n_expert));
-  TANDEM_TRY(moe_route_work_.alloc(route_work));
-  TANDEM_CUDA_TRY(cudaMemset(moe_route_work_.get(), 0, route_work));
-  return {};
+  return moe_work_.alloc(std::max<size_t>(work, 16));
 }
 
 // x += sum_j w_j · expert_j(xn) (+ sigmoid(g · xn) · shared(xn)), xn = RMSNorm(x).
@@ -82,7 +65,7 @@ status cuda_backend::moe_block(uint32_t il) {
     TANDEM_CUDA_TRY(launch_rms_norm(x, L.ffn_norm, xn, T, E, hp_.rms_eps, s));
   }
   TANDEM_TRY(mark("FFN norm"));
-  TANDEM_TRY(route(L, xn, T, dec && moe_fused_enabled()));
+  TANDEM_TRY(route(L, xn, T));
   TANDEM_TRY(dec ? moe_experts_decode(L, xn, T, xq) : moe_experts_prefill(L, xn, T));
   TANDEM_CUDA_TRY(launch_moe_combine(moe_y_.get<float>(), moe_w_.get<float>(), T, k, E, x, true, s));
   TANDEM_TRY(mark("experts combine"));
@@ -120,29 +103,14 @@ status cuda_backend::moe_experts_decode(const device_layer& L, const float* xn, 
   return mark("experts down");
 }
 
-// The router's logits and each token's k experts. Decode with a float32 router (and shared-expert
-// gate) takes one launch for all of it, the gate's logit left in moe_logits_ for
-// moe_shared_expert; otherwise the logits' product, then launch_moe_route.
-status cuda_backend::route(const device_layer& L, const float* xn, int T, bool fused) {
-  const cudaStream_t s = ctx_->stream();
-  const int k = int(hp_.n_expert_used), n_exp = int(hp_.n_expert);
-  const bool gate = hp_.n_ff_shexp > 0;
-  const bool one_launch = fused && L.router.type == ggml_type::f32 && L.router.n_out == n_exp &&
-                          hp_.n_embd % 4 == 0 && (!gate || (L.shexp_gate.type == ggml_type::f32 && L.shexp_gate.n_out == 1));
+// The router's logits (float32 products for float32 routers: they pick the experts) and each
+// token's k experts.
+status cuda_backend::route(const device_layer& L, const float* xn, int T) {
   float* logits = moe_logits_.get<float>();
-  shexp_gate_ready_ = one_launch && gate;
-  if (one_launch) {
-    TANDEM_CUDA_TRY(launch_moe_router_route(reinterpret_cast<const float*>(L.router.data),
-                                            gate ? reinterpret_cast<const float*>(L.shexp_gate.data) : nullptr, xn, T,
-                                            int64_t(hp_.n_embd), n_exp, k, hp_.expert_weights_norm,
-                                            moe_ids_.get<int32_t>(), moe_w_.get<float>(), gate ? logits : nullptr,
-                                            nullptr, moe_route_work_.get(), s));
-    return mark("router");
-  }
   TANDEM_TRY(T > k_matvec_max_tokens && L.router.type == ggml_type::f32 ? gemm_f32(ctx_->blas(), L.router, xn, T, logits)
                                                                          : matmul(L.router, xn, T, logits));
-  TANDEM_CUDA_TRY(launch_moe_route(logits, T, n_exp, k, hp_.expert_weights_norm, moe_ids_.get<int32_t>(),
-                                   moe_w_.get<float>(), s));
+  TANDEM_CUDA_TRY(launch_moe_route(logits, T, int(hp_.n_expert), int(hp_.n_expert_used), hp_.expert_weights_norm,
+                                   moe_ids_.get<int32_t>(), moe_w_.get<float>(), ctx_->stream()));
   return mark("router");
 }
 
@@ -191,7 +159,7 @@ status cuda_backend::moe_shared_expert(const device_layer& L, const float* xn, i
   TANDEM_TRY(matmul_fused({{&L.gate_shexp, g}, {&L.up_shexp, u}}, xn, T, false));
   TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * hp_.n_ff_shexp, s));
   TANDEM_TRY(matmul(L.down_shexp, g, T, y));
-  if (!shexp_gate_ready_) TANDEM_TRY(matmul(L.shexp_gate, xn, T, gl));  // else route() wrote it
+  TANDEM_TRY(matmul(L.shexp_gate, xn, T, gl));
   TANDEM_CUDA_TRY(launch_moe_shared_add(y, gl, T, int64_t(hp_.n_embd), x_.get<float>(), s));
   return mark("shared expert");
 }
