@@ -1,7 +1,8 @@
 // The gated delta rule in its chunked (WY / UT) form (kernels/delta_net.h, launch_dn_rule_chunked):
 // for long runs the token-by-token chain of launch_dn_rule becomes per-chunk matrix products.
-// Kernel B runs on tf32 tensor cores at fp32 accuracy on sm_80+ (3xTF32), on CUDA cores in fp32 else;
-// the formulas are gated_delta_rule_chunked's (backend/cpu/delta_net_ops.cpp).
+// Both kernels run on tf32 tensor cores at fp32 accuracy on sm_80+ (3xTF32; kernel A in
+// delta_net_chunked_prep.cuh), on CUDA cores in fp32 else; the formulas are gated_delta_rule_chunked's
+// (backend/cpu/delta_net_ops.cpp).
 #include "kernels/delta_net.h"
 
 #include "kernels/arch.h"
@@ -665,6 +666,8 @@ __device__ void mma_state_io(const dn_rule_args& a, float* S, float* sm, const m
 
 #endif
 
+#include "kernels/delta_net_chunked_prep.cuh"
+
 __global__ void __launch_bounds__(k_mma_threads, 1)
     dn_chunk_state_mma_kernel(const dn_rule_args a, const int32_t* __restrict__ runs, const chunk_work cw) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -711,17 +714,14 @@ __global__ void __launch_bounds__(k_mma_threads, 1)
 }
 
 // Which kernels launch_dn_rule_chunked runs (dn_rule_chunked_debug).
-std::atomic<int> g_parts{3}, g_mma{-1};
+std::atomic<int> g_parts{3}, g_mma{-1};  // kernel A's: g_prep (delta_net_chunked_prep.cuh)
 
 // Kernel B on tensor cores unless turned off (TANDEM_DN_CHUNKED_MMA=0, or the debug hook), the
 // kernels were built below sm_80, its shared memory (dk 128: 148 KiB) is more than a block may have
 // (dk over 128 on an A100, over 192 on an H100: those take the fp32 kernel), or work is misaligned
 // for cp.async.
 bool use_mma_state(const dn_rule_args& a, const void* work) {
-  static const bool env_off = [] {
-    const char* e = std::getenv("TANDEM_DN_CHUNKED_MMA");
-    return e && e[0] == '0' && e[1] == 0;
-  }();
+  static const bool env_off = env_is_zero("TANDEM_DN_CHUNKED_MMA");
   const int mode = g_mma.load(std::memory_order_relaxed);
   if (mode == 0 || (mode < 0 && env_off) || kernel_arch() < 80) return false;
   const int bytes = mma_smem_for(a.dk).total * static_cast<int>(sizeof(float));
@@ -755,7 +755,11 @@ cudaError_t launch_dn_rule_chunked(const dn_rule_args& a, dn_runs runs, int n_to
   const dim3 prep_grid(static_cast<unsigned>((bound + k_chunk - 1) / k_chunk), static_cast<unsigned>(a.Hv),
                        static_cast<unsigned>(runs.n_runs));
   if (parts & 1) {
-    const cudaError_t e = launch_pdl(dn_chunk_prep_kernel, prep_grid, dim3(k_prep_threads), stream, a, runs.runs, cw);
+    const cudaError_t e =
+        use_mma_prep(a, work)
+            ? launch_pdl_shared(dn_chunk_prep_mma_kernel, prep_grid, dim3(k_prep_threads),
+                                prep_mma_smem_for(a.dk, a.dv).total * sizeof(float), stream, a, runs.runs, cw)
+            : launch_pdl(dn_chunk_prep_kernel, prep_grid, dim3(k_prep_threads), stream, a, runs.runs, cw);
     if (e != cudaSuccess) return e;
   }
   if (!(parts & 2)) return cudaSuccess;
@@ -772,22 +776,23 @@ cudaError_t launch_dn_rule_chunked(const dn_rule_args& a, dn_runs runs, int n_to
 
 // Test and timing hooks, declared where they are used (tests/kernels/delta_net_test.cpp).
 // dn_rule_chunked_debug: which kernels launch_dn_rule_chunked launches from now on (parts: bit 0
-// kernel A, bit 1 kernel B; 3, the default, both) and which kernel B (mma: 0 the fp32 one, 1 the
-// tensor-core one where it can run, -1 the default choice); dn_chunked_mma_tile_test: one
-// dn::mma_tile_test_kernel product (cudaErrorNotSupported below sm_80).
-void dn_rule_chunked_debug(int parts, int mma);
-cudaError_t dn_chunked_mma_tile_test(const float* a, const float* at, const float* b, const float* s,
-                                     const float* c0, float* c, cudaStream_t stream);
+// kernel A, bit 1 kernel B; 3, the default, both), which kernel B (mma: 0 the fp32 one, 1 the
+// tensor-core one where it can run, -1 the default choice) and which kernel A (prep, likewise);
+// dn_chunked_mma_tile_test: one dn::mma_tile_test_kernel product (cudaErrorNotSupported below sm_80).
+void dn_rule_chunked_debug(int parts, int mma, int prep);
+cudaError_t dn_chunked_mma_tile_test(const float* a, const float* at, const float* b, const float* bt,
+                                     const float* s, const float* c0, float* c, cudaStream_t stream);
 
-void dn_rule_chunked_debug(int parts, int mma) {
+void dn_rule_chunked_debug(int parts, int mma, int prep) {
   g_parts.store(parts, std::memory_order_relaxed);
   g_mma.store(mma, std::memory_order_relaxed);
+  g_prep.store(prep, std::memory_order_relaxed);
 }
 
-cudaError_t dn_chunked_mma_tile_test(const float* a, const float* at, const float* b, const float* s,
-                                     const float* c0, float* c, cudaStream_t stream) {
+cudaError_t dn_chunked_mma_tile_test(const float* a, const float* at, const float* b, const float* bt,
+                                     const float* s, const float* c0, float* c, cudaStream_t stream) {
   if (kernel_arch() < 80) return cudaErrorNotSupported;
-  dn::mma_tile_test_kernel<<<1, 32, 0, stream>>>(a, at, b, s, c0, c);
+  dn::mma_tile_test_kernel<<<1, 32, 0, stream>>>(a, at, b, bt, s, c0, c);
   return cudaGetLastError();
 }
 

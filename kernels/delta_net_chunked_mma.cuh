@@ -1,4 +1,4 @@
-// fp32-accurate warp products on tf32 tensor cores (sm_80+) for the chunked delta rule's state kernel:
+// fp32-accurate warp products on tf32 tensor cores (sm_80+) for the chunked delta rule's kernels:
 // each operand splits as x = hi + lo (both tf32) and a product sums lo*hi + hi*lo + hi*hi ("3xTF32").
 #pragma once
 
@@ -64,6 +64,15 @@ __device__ __forceinline__ tf32_b frag_b(const float* b, int ldb, float s0 = 1.f
   return f;
 }
 
+// B(k, n) = bt[n * ldb + k]: B read from its transpose (row-major [8][..]), as K^T in the Gram products.
+__device__ __forceinline__ tf32_b frag_b_t(const float* bt, int ldb) {
+  const int g = lane_g(), t = lane_t();
+  tf32_b f;
+  split_tf32(bt[g * ldb + t], f.hi[0], f.lo[0]);
+  split_tf32(bt[g * ldb + t + 4], f.hi[1], f.lo[1]);
+  return f;
+}
+
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -81,16 +90,18 @@ __device__ __forceinline__ void mma_3xtf32(float (&c)[4], const tf32_a& a, const
 }
 
 // Test hook: one warp computes c = c0 + a diag(s) b (a 16 x 8, row-major; at: a's transpose, 8 x 16;
-// b 8 x 8; s 8) in 3xTF32 through the fragment helpers the state kernel uses: c[0..127] from frag_a,
-// c[128..255] from frag_a_t.
-static __global__ void mma_tile_test_kernel(const float* a, const float* at, const float* b, const float* s,
-                                            const float* c0, float* c) {
+// b 8 x 8; bt: (diag(s) b)'s transpose; s 8) in 3xTF32 through the fragment helpers the kernels use:
+// c[0..127] from frag_a and frag_b, c[128..255] from frag_a_t and frag_b, c[256..383] from frag_a
+// and frag_b_t.
+static __global__ void mma_tile_test_kernel(const float* a, const float* at, const float* b, const float* bt,
+                                            const float* s, const float* c0, float* c) {
   const int t = lane_t();
-  for (int pass = 0; pass < 2; ++pass) {
-    const tf32_a fa = pass == 0 ? frag_a(a, 8) : frag_a_t(at, 16);
+  for (int pass = 0; pass < 3; ++pass) {
+    const tf32_a fa = pass == 1 ? frag_a_t(at, 16) : frag_a(a, 8);
+    const tf32_b fb = pass == 2 ? frag_b_t(bt, 8) : frag_b(b, 8, s[t], s[t + 4]);
     float acc[4];
     for (int i = 0; i < 4; ++i) acc[i] = c0[frag_c_row(i) * 8 + frag_c_col(i)];
-    mma_3xtf32(acc, fa, frag_b(b, 8, s[t], s[t + 4]));
+    mma_3xtf32(acc, fa, fb);
     for (int i = 0; i < 4; ++i) c[pass * 128 + frag_c_row(i) * 8 + frag_c_col(i)] = acc[i];
   }
 }

@@ -20,11 +20,12 @@
 namespace tandem {
 
 // Test hooks of kernels/delta_net_chunked.cu (see there): which kernels launch_dn_rule_chunked runs
-// (parts: bit 0 kernel A, bit 1 kernel B) and which kernel B (mma: 0 fp32, 1 tensor cores where it
-// can run, -1 the default); one warp product through kernel B's tensor-core fragment helpers.
-void dn_rule_chunked_debug(int parts, int mma);
-cudaError_t dn_chunked_mma_tile_test(const float* a, const float* at, const float* b, const float* s,
-                                     const float* c0, float* c, cudaStream_t stream);
+// (parts: bit 0 kernel A, bit 1 kernel B), which kernel B (mma: 0 fp32, 1 tensor cores where it
+// can run, -1 the default) and which kernel A (prep, likewise); one warp product through the
+// kernels' tensor-core fragment helpers.
+void dn_rule_chunked_debug(int parts, int mma, int prep = -1);
+cudaError_t dn_chunked_mma_tile_test(const float* a, const float* at, const float* b, const float* bt,
+                                     const float* s, const float* c0, float* c, cudaStream_t stream);
 
 namespace {
 
@@ -331,12 +332,14 @@ void check_rule_chunked(const rule_shape& s, const std::vector<run_spec>& rs, in
   const std::vector<float> rec_out = rout.host(), rec_S = rS.host();
   const size_t work_bytes = dn_rule_chunked_work_bytes(c.T, s.Hk, s.Hv, s.dk, s.dv);
   ASSERT_GT(work_bytes, 0u);
-  // Both state kernels: the fp32 one and (sm_80+, where its shared memory fits) the tensor-core one.
-  for (int variant = 0; variant < 6; ++variant) {
+  // Both state kernels: the fp32 one and (sm_80+, where its shared memory fits) the tensor-core one,
+  // after the default kernel A (tensor cores where it can run); then the fp32 kernel A, before the
+  // tensor-core kernel B.
+  for (int variant = 0; variant < 9; ++variant) {
     const int bound = variant % 3 == 1 ? 0 : max_tokens(rs);
     const bool pack = variant % 3 == 2;
-    const int mma = variant / 3 == 0 ? 1 : 0;
-    dn_rule_chunked_debug(3, mma);
+    const int mma = variant / 3 == 1 ? 0 : 1, prep = variant / 3 == 2 ? 0 : -1;
+    dn_rule_chunked_debug(3, mma, prep);
     dev<float> dS(c.S0), dout(c.ref_out.size());
     dev<uint8_t> work(work_bytes);
     const cudaError_t launched =
@@ -344,7 +347,10 @@ void check_rule_chunked(const rule_shape& s, const std::vector<run_spec>& rs, in
     dn_rule_chunked_debug(3, -1);
     ASSERT_EQ(launched, cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::string tag = rule_tag(mma ? "chunked rule (mma)" : "chunked rule (fp32)", c, bound, pack);
+    const std::string tag = rule_tag(prep == 0 ? "chunked rule (fp32 A, mma B)"
+                                     : mma     ? "chunked rule (mma)"
+                                               : "chunked rule (fp32 B)",
+                                     c, bound, pack);
     // The CPU's own chunked form differs from its recurrent one by up to ~1e-5 of these O(1)
     // values (another summation order, a 64x64 triangular solve: tests/engine/backend's
     // delta_net_ops_test holds them to 1e-4), and a host emulation of these kernels matched the
@@ -359,29 +365,32 @@ void check_rule_chunked(const rule_shape& s, const std::vector<run_spec>& rs, in
   }
 }
 
-// The tensor-core state kernel's fragment layouts (m16n8k8 tf32: A from a row-major block and from
-// its transpose, B with row scales, C in and out) on one 16 x 8 x 8 product against a double loop;
+// The tensor-core kernels' fragment layouts (m16n8k8 tf32: A from a row-major block and from its
+// transpose, B with row scales and from its transpose, C in and out) on one 16 x 8 x 8 product
+// against a double loop, three times (c[0..127]: frag_a, frag_b; then frag_a_t; then frag_b_t);
 // a wrong lane mapping moves whole values (errors of O(1)), 1xTF32 alone would err by ~1e-3 of
 // these sums of eight products up to 4, and 3xTF32 by ~2^-22 of each product (a few 1e-6 at most).
 TEST(dn_rule_chunked, mma_tile_layout) {
   REQUIRE_GPU();
   const auto a = randoms(16 * 8, 501, -2.f, 2.f), b = randoms(8 * 8, 502, -2.f, 2.f);
   const auto s = randoms(8, 503, 0.1f, 1.f), c0 = randoms(16 * 8, 504, -1.f, 1.f);
-  std::vector<float> at(8 * 16), ref(2 * 16 * 8);
+  std::vector<float> at(8 * 16), bt(8 * 8), ref(3 * 16 * 8);
   for (int r = 0; r < 16; ++r)
     for (int k = 0; k < 8; ++k) at[k * 16 + r] = a[r * 8 + k];
+  for (int k = 0; k < 8; ++k)
+    for (int n = 0; n < 8; ++n) bt[n * 8 + k] = s[k] * b[k * 8 + n];
   for (int r = 0; r < 16; ++r)
     for (int n = 0; n < 8; ++n) {
       double acc = c0[r * 8 + n];
       for (int k = 0; k < 8; ++k) acc += double(a[r * 8 + k]) * double(s[k]) * double(b[k * 8 + n]);
-      ref[r * 8 + n] = ref[128 + r * 8 + n] = float(acc);
+      ref[r * 8 + n] = ref[128 + r * 8 + n] = ref[256 + r * 8 + n] = float(acc);
     }
-  dev<float> da(a), dat(at), db(b), ds(s), dc0(c0), dc(ref.size());
-  const cudaError_t e = dn_chunked_mma_tile_test(da.p, dat.p, db.p, ds.p, dc0.p, dc.p, nullptr);
+  dev<float> da(a), dat(at), db(b), dbt(bt), ds(s), dc0(c0), dc(ref.size());
+  const cudaError_t e = dn_chunked_mma_tile_test(da.p, dat.p, db.p, dbt.p, ds.p, dc0.p, dc.p, nullptr);
   if (e == cudaErrorNotSupported) GTEST_SKIP() << "tensor-core state kernel needs sm_80+";
   ASSERT_EQ(e, cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  expect_close("mma tile (frag_a | frag_a_t)", dc.host(), ref, 2e-5f, 1e-5f);
+  expect_close("mma tile (frag_a | frag_a_t | frag_b_t)", dc.host(), ref, 2e-5f, 1e-5f);
 }
 
 // Tiny heads, two v-heads per k-head (h % Hk), the mixed batch.
@@ -453,8 +462,9 @@ TEST(dn_rule_chunked, matches_cpu_qwen35_shapes) {
 // chunked rule (k_dn_chunked_min_tokens in cuda_hybrid_block.cpp) pays, and by how much at 2048.
 // The chunked rule is timed with each state kernel (fp32: the CUDA-core kernel B, mma: the
 // tensor-core one; the same on a pre-sm_80 device), and its two kernels alone: A (gates, norms,
-// Gram products, the triangular solve) and B (the chunk-by-chunk state walk, on the work A left).
-// Asserts only that the launches succeed and that both forms agree with the recurrent kernel.
+// Gram products, the triangular solve; the tensor-core and the fp32 form) and B (the chunk-by-chunk
+// state walk, on the work A left). Asserts only that the launches succeed and that the forms agree
+// with the recurrent kernel.
 TEST(big, dn_rule_chunked_vs_recurrent) {
   REQUIRE_GPU();
   const rule_shape s{16, 32, 128, 128};
@@ -471,8 +481,8 @@ TEST(big, dn_rule_chunked_vs_recurrent) {
       if (e != cudaSuccess) err = e;
     });
     // parts: 3 both kernels, 1 kernel A, 2 kernel B (on the work buffer the runs before left).
-    auto time_chunked = [&](int parts, int mma) {
-      dn_rule_chunked_debug(parts, mma);
+    auto time_chunked = [&](int parts, int mma, int prep = -1) {
+      dn_rule_chunked_debug(parts, mma, prep);
       const double us = test::time_us([&](int, cudaStream_t st) {
         const cudaError_t e = launch_dn_rule_chunked(chk, d.runs_with(n), n, work.p, work_bytes, st);
         if (e != cudaSuccess) err = e;
@@ -481,26 +491,30 @@ TEST(big, dn_rule_chunked_vs_recurrent) {
       return us;
     };
     const double us_fp32 = time_chunked(3, 0), us_mma = time_chunked(3, 1);
-    const double us_a = time_chunked(1, -1), us_b32 = time_chunked(2, 0), us_bmma = time_chunked(2, 1);
+    const double us_a = time_chunked(1, -1), us_a32 = time_chunked(1, -1, 0);
+    const double us_b32 = time_chunked(2, 0), us_bmma = time_chunked(2, 1);
     ASSERT_EQ(err, cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::printf("dn rule, %4d tokens, Hk %d Hv %d dk %d dv %d: recurrent %8.1f us (%.2f us/token), chunked fp32 %8.1f "
                 "us (%.2fx), chunked mma %8.1f us (%.2f us/token, %.2fx; %.2fx the fp32 one)\n",
                 n, s.Hk, s.Hv, s.dk, s.dv, us_rec, us_rec / n, us_fp32, us_rec / us_fp32, us_mma, us_mma / n,
                 us_rec / us_mma, us_fp32 / us_mma);
-    std::printf("    kernel A %8.1f us, kernel B fp32 %8.1f us, kernel B mma %8.1f us\n", us_a, us_b32, us_bmma);
+    std::printf("    kernel A mma %8.1f us, kernel A fp32 %8.1f us, kernel B fp32 %8.1f us, kernel B mma %8.1f us\n",
+                us_a, us_a32, us_b32, us_bmma);
     // Both ran from the same (by now much-updated) state many times; one more from S0 each to compare.
     dev<float> S1(c.S0);
     ASSERT_EQ(launch_dn_rule(d.args(true, S1.p, out_rec.p), d.runs_with(n), nullptr), cudaSuccess);
     const std::vector<float> ref_out = out_rec.host(), ref_S = S1.host();
-    for (int mma : {0, 1}) {
+    for (int mma : {0, 1, 2}) {  // 2: the fp32 kernel A, the tensor-core kernel B
       dev<float> S2(c.S0);
-      dn_rule_chunked_debug(3, mma);
+      dn_rule_chunked_debug(3, mma == 0 ? 0 : 1, mma == 2 ? 0 : -1);
       const cudaError_t e = launch_dn_rule_chunked(d.args(true, S2.p, out_chk.p), d.runs_with(n), n, work.p,
                                                    work_bytes, nullptr);
       dn_rule_chunked_debug(3, -1);
       ASSERT_EQ(e, cudaSuccess);
-      const std::string tag = mma ? "chunked (mma) vs recurrent" : "chunked (fp32) vs recurrent";
+      const std::string tag = mma == 2 ? "chunked (fp32 A, mma B) vs recurrent"
+                              : mma    ? "chunked (mma) vs recurrent"
+                                       : "chunked (fp32 B) vs recurrent";
       expect_close(tag + " out", out_chk.host(), ref_out, 1e-4f, 1e-4f);
       expect_close(tag + " state", S2.host(), ref_S, 1e-4f, 1e-4f);
     }
