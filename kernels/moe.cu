@@ -1,6 +1,7 @@
 // Mixture-of-experts kernels besides the grouped GEMM (moe_gemm.cu) and routing (moe_route.cu):
 // the decode mat-vec over each token's selected experts (the mat-vec's per-type pieces,
-// matvec_types.cuh), the fused SwiGLU + int8 copy, the weighted combine and the device-side grouping of pairs by expert.
+// matvec_types.cuh), the fused SwiGLU + int8 copy, the weighted combine and the device-side
+// grouping of pairs by expert.
 #include "kernels/moe.h"
 
 #include <algorithm>

@@ -5,14 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "kernels/matvec.h"
-#include "kernels/moe.h"
 #include "kernels/moe_route.h"
 #include "kernel_test_util.h"
 
@@ -21,7 +18,6 @@ namespace {
 
 using test::dev;
 using test::randoms;
-using test::time_us;
 
 // ---- launch_moe_route ---------------------------------------------------------------------
 
