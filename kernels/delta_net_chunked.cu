@@ -756,7 +756,7 @@ cudaError_t launch_dn_rule_chunked(const dn_rule_args& a, dn_runs runs, int n_to
                        static_cast<unsigned>(runs.n_runs));
   if (parts & 1) {
     const cudaError_t e =
-        use_mma_prep(a, work)
+        use_mma_prep(a, work, bound)
             ? launch_pdl_shared(dn_chunk_prep_mma_kernel, prep_grid, dim3(k_prep_threads),
                                 prep_mma_smem_for(a.dk, a.dv).total * sizeof(float), stream, a, runs.runs, cw)
             : launch_pdl(dn_chunk_prep_kernel, prep_grid, dim3(k_prep_threads), stream, a, runs.runs, cw);

@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(k_prep_threads, 2)
 }
 
 // Which kernel A launch_dn_rule_chunked runs (dn_rule_chunked_debug: 0 the fp32 one, 1 this one
-// where it can run, -1 the default choice).
+// where it can run, -1 the default choice by run length).
 std::atomic<int> g_prep{-1};
 
 bool env_is_zero(const char* name) {
@@ -301,13 +301,18 @@ bool env_is_zero(const char* name) {
   return e && e[0] == '0' && e[1] == 0;
 }
 
-// The kernel above unless turned off (TANDEM_DN_PREP_MMA=0, or the debug hook), the kernels were
-// built below sm_80, its shared memory (dk = dv = 128: 103 KiB, two blocks an SM on an H100) is more
-// than a block may have, or the work is misaligned for float4 stores.
-bool use_mma_prep(const dn_rule_args& a, const void* work) {
+// Runs shorter than this take the fp32 kernel A by default: at 64-256 tokens (16 k-heads, 32
+// v-heads, 128 x 128, one H200) the kernel above took 31 us against 28.5-29.4, at 2048 176 against 248.
+constexpr int k_prep_mma_min_run = 512;
+
+// The kernel above for runs of k_prep_mma_min_run tokens and more (any length when the debug hook
+// asks for it), unless turned off (TANDEM_DN_PREP_MMA=0, or the hook), the kernels were built below
+// sm_80, its shared memory (dk = dv = 128: 103 KiB, two blocks an SM on an H100) is more than a
+// block may have, or the work is misaligned for float4 stores. longest: the longest run's tokens.
+bool use_mma_prep(const dn_rule_args& a, const void* work, int longest) {
   static const bool env_off = env_is_zero("TANDEM_DN_PREP_MMA");
   const int mode = g_prep.load(std::memory_order_relaxed);
-  if (mode == 0 || (mode < 0 && env_off) || kernel_arch() < 80) return false;
+  if (mode == 0 || (mode < 0 && (env_off || longest < k_prep_mma_min_run)) || kernel_arch() < 80) return false;
   if (reinterpret_cast<uintptr_t>(work) % 16 != 0) return false;
   const int bytes = prep_mma_smem_for(a.dk, a.dv).total * static_cast<int>(sizeof(float));
   return bytes <= kernel_smem_optin() &&

@@ -333,12 +333,12 @@ void check_rule_chunked(const rule_shape& s, const std::vector<run_spec>& rs, in
   const size_t work_bytes = dn_rule_chunked_work_bytes(c.T, s.Hk, s.Hv, s.dk, s.dv);
   ASSERT_GT(work_bytes, 0u);
   // Both state kernels: the fp32 one and (sm_80+, where its shared memory fits) the tensor-core one,
-  // after the default kernel A (tensor cores where it can run); then the fp32 kernel A, before the
-  // tensor-core kernel B.
+  // after the tensor-core kernel A (where it can run, whatever the runs' lengths); then the fp32
+  // kernel A, before the tensor-core kernel B.
   for (int variant = 0; variant < 9; ++variant) {
     const int bound = variant % 3 == 1 ? 0 : max_tokens(rs);
     const bool pack = variant % 3 == 2;
-    const int mma = variant / 3 == 1 ? 0 : 1, prep = variant / 3 == 2 ? 0 : -1;
+    const int mma = variant / 3 == 1 ? 0 : 1, prep = variant / 3 == 2 ? 0 : 1;
     dn_rule_chunked_debug(3, mma, prep);
     dev<float> dS(c.S0), dout(c.ref_out.size());
     dev<uint8_t> work(work_bytes);
@@ -490,8 +490,8 @@ TEST(big, dn_rule_chunked_vs_recurrent) {
       dn_rule_chunked_debug(3, -1);
       return us;
     };
-    const double us_fp32 = time_chunked(3, 0), us_mma = time_chunked(3, 1);
-    const double us_a = time_chunked(1, -1), us_a32 = time_chunked(1, -1, 0);
+    const double us_fp32 = time_chunked(3, 0, 0), us_mma = time_chunked(3, 1, 1), us_def = time_chunked(3, -1);
+    const double us_a = time_chunked(1, -1, 1), us_a32 = time_chunked(1, -1, 0);
     const double us_b32 = time_chunked(2, 0), us_bmma = time_chunked(2, 1);
     ASSERT_EQ(err, cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -499,15 +499,16 @@ TEST(big, dn_rule_chunked_vs_recurrent) {
                 "us (%.2fx), chunked mma %8.1f us (%.2f us/token, %.2fx; %.2fx the fp32 one)\n",
                 n, s.Hk, s.Hv, s.dk, s.dv, us_rec, us_rec / n, us_fp32, us_rec / us_fp32, us_mma, us_mma / n,
                 us_rec / us_mma, us_fp32 / us_mma);
-    std::printf("    kernel A mma %8.1f us, kernel A fp32 %8.1f us, kernel B fp32 %8.1f us, kernel B mma %8.1f us\n",
-                us_a, us_a32, us_b32, us_bmma);
+    std::printf("    kernel A mma %8.1f us, kernel A fp32 %8.1f us, kernel B fp32 %8.1f us, kernel B mma %8.1f us; "
+                "default choice %8.1f us\n",
+                us_a, us_a32, us_b32, us_bmma, us_def);
     // Both ran from the same (by now much-updated) state many times; one more from S0 each to compare.
     dev<float> S1(c.S0);
     ASSERT_EQ(launch_dn_rule(d.args(true, S1.p, out_rec.p), d.runs_with(n), nullptr), cudaSuccess);
     const std::vector<float> ref_out = out_rec.host(), ref_S = S1.host();
     for (int mma : {0, 1, 2}) {  // 2: the fp32 kernel A, the tensor-core kernel B
       dev<float> S2(c.S0);
-      dn_rule_chunked_debug(3, mma == 0 ? 0 : 1, mma == 2 ? 0 : -1);
+      dn_rule_chunked_debug(3, mma == 0 ? 0 : 1, mma == 2 ? 0 : 1);
       const cudaError_t e = launch_dn_rule_chunked(d.args(true, S2.p, out_chk.p), d.runs_with(n), n, work.p,
                                                    work_bytes, nullptr);
       dn_rule_chunked_debug(3, -1);
