@@ -50,51 +50,100 @@ __global__ void __launch_bounds__(256) moe_swiglu_q8_kernel(const float* gate, c
   }
 }
 
-// out[t][i] (+)= sum_j w(t, j) * y[t * k + j][i], j in slot order with one fmaf each, for V
-// consecutive i a thread (V = 4 when n_embd allows float4 rows): the k loads are all issued
-// before the sums, which a loop over a runtime k would have serialized. Sigmoid: w(t, j) =
-// sigmoid(w[t * k + j]) (the shared expert's gate), else w[t * k + j].
-template <bool Sigmoid, int V>
-__global__ void __launch_bounds__(256) moe_combine_kernel(const float* __restrict__ y, const float* __restrict__ w,
-                                                          int n_tok, int k, int64_t n_embd, float* out, bool add) {
+// The shared expert's gate logit of token t: gate_row · x[t], each thread's strided partial sum
+// (float4s for V = 4, their loads issued four at a time: one dependent load a step made this
+// dot cost more than the combine itself), then the warps' sums in warp order, so every block of
+// the token gets the same bits. Called by all threads of the block; red holds 32 floats.
+template <int V>
+__device__ __forceinline__ float shared_gate_dot(const float* __restrict__ row, const float* __restrict__ x, int64_t n, float* red) {
   using vec = std::conditional_t<V == 4, float4, float>;
+  const auto* r = reinterpret_cast<const vec*>(row);
+  const auto* xv = reinterpret_cast<const vec*>(x);
+  float a = 0.f;
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < n / V; i += blockDim.x) {
+    const vec p = r[i], q = xv[i];
+    if constexpr (V == 4) {
+      a = fmaf(p.x, q.x, a), a = fmaf(p.y, q.y, a), a = fmaf(p.z, q.z, a), a = fmaf(p.w, q.w, a);
+    } else {
+      a = fmaf(p, q, a);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+  __syncthreads();  // the previous token's reads of red are done
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = a;
+  __syncthreads();
+  float s = 0.f;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) s += red[w];
+  return s;
+}
+
+// out[t][i] (+)= sum_j w[t * k + j] * y[t * k + j][i], j in slot order with one fmaf each, for V
+// consecutive i a thread (V = 4 when n_embd allows float4 rows): the k loads (k <= KM) are all
+// issued before the sums, which a loop over a runtime k would have serialized. Shared (1: the gate
+// logits given, 2: computed from the gate row): then out[t][i] += sigmoid(logit_t) * sh.y[t][i],
+// after the routed sum, the product rounded first (the bits of a separate pass).
+template <int V, int Shared, int KM>
+__global__ void __launch_bounds__(256) moe_combine_kernel(const float* __restrict__ y, const float* __restrict__ w,
+                                                          int n_tok, int k, int64_t n_embd, float* out, bool add,
+                                                          moe_shared_term sh) {
+  using vec = std::conditional_t<V == 4, float4, float>;
+  __shared__ float red[32];
   pdl_wait();
   pdl_trigger();
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
-  if (i >= n_embd) return;
+  if (Shared != 2 && i >= n_embd) return;  // (the gate's dot product needs every thread)
   for (int t = blockIdx.y; t < n_tok; t += gridDim.y) {
+    float gate = 0.f;
+    if constexpr (Shared != 0) {
+      const float logit = Shared == 1 ? sh.gate_logits[t]
+                                      : shared_gate_dot<V>(sh.gate_row, sh.x + static_cast<int64_t>(t) * n_embd, n_embd, red);
+      gate = 1.f / (1.f + expf(-logit));
+    }
+    if (i >= n_embd) continue;
     const float* wt = w + static_cast<int64_t>(t) * k;
     const float* yt = y + static_cast<int64_t>(t) * k * n_embd + i;
-    vec yv[k_moe_max_k];
-    float wv[k_moe_max_k];
+    vec yv[KM];
+    float wv[KM];
 #pragma unroll
-    for (int j = 0; j < k_moe_max_k; ++j)
+    for (int j = 0; j < KM; ++j)
       if (j < k) yv[j] = *reinterpret_cast<const vec*>(yt + j * n_embd), wv[j] = wt[j];
     float s[V] = {};
 #pragma unroll
-    for (int j = 0; j < k_moe_max_k; ++j) {
+    for (int j = 0; j < KM; ++j) {
       if (j >= k) break;
-      const float wj = Sigmoid ? 1.f / (1.f + expf(-wv[j])) : wv[j];
       const float* yj = reinterpret_cast<const float*>(&yv[j]);
 #pragma unroll
-      for (int e = 0; e < V; ++e) s[e] = fmaf(wj, yj[e], s[e]);
+      for (int e = 0; e < V; ++e) s[e] = fmaf(wv[j], yj[e], s[e]);
     }
     float* o = out + static_cast<int64_t>(t) * n_embd + i;
+    float r[V];
 #pragma unroll
-    for (int e = 0; e < V; ++e) o[e] = add ? o[e] + s[e] : s[e];
+    for (int e = 0; e < V; ++e) r[e] = add ? o[e] + s[e] : s[e];
+    if constexpr (Shared != 0) {
+      const float* ys = sh.y + static_cast<int64_t>(t) * n_embd + i;
+#pragma unroll
+      for (int e = 0; e < V; ++e) r[e] += __fmul_rn(gate, ys[e]);  // not contracted into an fma
+    }
+#pragma unroll
+    for (int e = 0; e < V; ++e) o[e] = r[e];
   }
 }
 
 // The combine's launch: float4 rows where n_embd and the pointers allow.
-template <bool Sigmoid>
+template <int Shared>
 cudaError_t launch_combine(const float* y, const float* w, int n_tok, int k, int64_t n_embd, float* out, bool add,
-                           cudaStream_t stream) {
-  const bool v4 = n_embd % 4 == 0 && aligned(y, 16) && aligned(out, 16);
+                           const moe_shared_term& sh, cudaStream_t stream) {
+  const bool v4 = n_embd % 4 == 0 && aligned(y, 16) && aligned(out, 16) && (Shared == 0 || aligned(sh.y, 16)) &&
+                  (Shared != 2 || (aligned(sh.gate_row, 16) && aligned(sh.x, 16)));
   const int64_t per_block = 256 * (v4 ? 4 : 1);
   const dim3 grid(static_cast<unsigned>((n_embd + per_block - 1) / per_block),
                   static_cast<unsigned>(std::min(n_tok, 65535)));
-  if (v4) return launch_pdl(moe_combine_kernel<Sigmoid, 4>, grid, dim3(256), stream, y, w, n_tok, k, n_embd, out, add);
-  return launch_pdl(moe_combine_kernel<Sigmoid, 1>, grid, dim3(256), stream, y, w, n_tok, k, n_embd, out, add);
+  // KM: the slots' loads held at once (registers: k <= 8, as Qwen's models have, takes half).
+  const auto kernel = v4 ? (k <= 8 ? moe_combine_kernel<4, Shared, 8> : moe_combine_kernel<4, Shared, k_moe_max_k>)
+                         : (k <= 8 ? moe_combine_kernel<1, Shared, 8> : moe_combine_kernel<1, Shared, k_moe_max_k>);
+  return launch_pdl(kernel, grid, dim3(256), stream, y, w, n_tok, k, n_embd, out, add, sh);
 }
 
 // ---- Decode mat-vec -----------------------------------------------------------------------
@@ -327,9 +376,18 @@ __global__ void __launch_bounds__(k_scan_threads)
   __shared__ int sh[k_scan_threads];
   const int b = threadIdx.x;
   const bool mine = b <= n_expert;
+  // The column's loads go out eight at a time (one dependent load a tile took ~10 us at 64 tiles).
+  constexpr int batch = 8;
+  const int64_t col = n_expert + 1;
   int c = 0;
   if (mine)
-    for (int i = 0; i < n_tiles; ++i) c += hist[static_cast<int64_t>(i) * (n_expert + 1) + b];
+    for (int i0 = 0; i0 < n_tiles; i0 += batch) {
+      int v[batch];
+#pragma unroll
+      for (int j = 0; j < batch; ++j) v[j] = i0 + j < n_tiles ? hist[(i0 + j) * col + b] : 0;
+#pragma unroll
+      for (int j = 0; j < batch; ++j) c += v[j];
+    }
   const int off = block_exclusive_scan(mine ? c : 0, sh);
   // The invalid bucket (b == n_expert) has no GEMM tiles.
   const int nt = mine && b < n_expert ? (c + k_moe_gemm_rows - 1) / k_moe_gemm_rows : 0;
@@ -337,11 +395,15 @@ __global__ void __launch_bounds__(k_scan_threads)
   if (!mine) return;
   counts[b] = c, offsets[b] = off, tiles[b] = toff;
   int run = off;
-  for (int i = 0; i < n_tiles; ++i) {
-    int32_t* h = hist + static_cast<int64_t>(i) * (n_expert + 1) + b;
-    const int v = *h;
-    *h = run;
-    run += v;
+  for (int i0 = 0; i0 < n_tiles; i0 += batch) {
+    int v[batch];
+#pragma unroll
+    for (int j = 0; j < batch; ++j) v[j] = i0 + j < n_tiles ? hist[(i0 + j) * col + b] : 0;
+#pragma unroll
+    for (int j = 0; j < batch; ++j) {
+      if (i0 + j < n_tiles) hist[(i0 + j) * col + b] = run;
+      run += v[j];
+    }
   }
 }
 
@@ -427,17 +489,14 @@ cudaError_t launch_moe_swiglu_q8(const float* gate, const float* up, float* out,
 }
 
 cudaError_t launch_moe_combine(const float* y, const float* weights, int n_tok, int k, int64_t n_embd, float* out,
-                               bool add, cudaStream_t stream) {
+                               bool add, cudaStream_t stream, const moe_shared_term* shared) {
   if (n_tok < 0 || k < 1 || k > k_moe_max_k || n_embd < 0) return cudaErrorInvalidValue;
+  if (shared && (!shared->y || (!shared->gate_logits && (!shared->gate_row || !shared->x))))
+    return cudaErrorInvalidValue;
   if (n_tok == 0 || n_embd == 0) return cudaSuccess;
-  return launch_combine<false>(y, weights, n_tok, k, n_embd, out, add, stream);
-}
-
-cudaError_t launch_moe_shared_add(const float* y, const float* gate_logits, int n_tok, int64_t n_embd, float* out,
-                                  cudaStream_t stream) {
-  if (n_tok < 0 || n_embd < 0) return cudaErrorInvalidValue;
-  if (n_tok == 0 || n_embd == 0) return cudaSuccess;
-  return launch_combine<true>(y, gate_logits, n_tok, 1, n_embd, out, true, stream);
+  if (!shared) return launch_combine<0>(y, weights, n_tok, k, n_embd, out, add, moe_shared_term{}, stream);
+  if (shared->gate_logits) return launch_combine<1>(y, weights, n_tok, k, n_embd, out, add, *shared, stream);
+  return launch_combine<2>(y, weights, n_tok, k, n_embd, out, add, *shared, stream);
 }
 
 size_t moe_group_work_bytes(int n_tok, int k, int n_expert) {

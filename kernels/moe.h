@@ -65,16 +65,22 @@ cudaError_t launch_moe_matvec_multi(ggml_type t, const moe_matvec_output* outs, 
 cudaError_t launch_moe_swiglu_q8(const float* gate, const float* up, float* out, int n_rows, int n, void* work,
                                  cudaStream_t stream);
 
-// out[t * n_embd + i] (+)= sum_j weights[t * k + j] * y[(t * k + j) * n_embd + i], j in order
-// (deterministic). add: accumulate into out (the residual), else overwrite. y must not alias out.
-// 1 <= k <= k_moe_max_k, n_tok >= 0, n_embd >= 0.
-cudaError_t launch_moe_combine(const float* y, const float* weights, int n_tok, int k, int64_t n_embd, float* out,
-                               bool add, cudaStream_t stream);
+// The shared expert's term of launch_moe_combine: y (n_tok rows of n_embd) scaled by
+// sigmoid(g_t), the gate logit g_t = gate_logits[t], or where gate_logits is null gate_row · x[t]
+// (the float32 gate row and the tokens' normed inputs, n_embd floats each), computed in the launch.
+struct moe_shared_term {
+  const float* y = nullptr;
+  const float* gate_logits = nullptr;
+  const float* gate_row = nullptr;
+  const float* x = nullptr;
+};
 
-// The shared expert: out[t * n_embd + i] += sigmoid(gate_logits[t]) * y[t * n_embd + i]
-// (gate_logits: its gate row dotted with the token's input). y must not alias out.
-cudaError_t launch_moe_shared_add(const float* y, const float* gate_logits, int n_tok, int64_t n_embd, float* out,
-                                  cudaStream_t stream);
+// out[t * n_embd + i] (+)= sum_j weights[t * k + j] * y[(t * k + j) * n_embd + i], j in order
+// (deterministic), then with shared += sigmoid(g_t) * shared->y[t * n_embd + i] (the product
+// rounded, then added). add: accumulate into out (the residual), else overwrite. Neither y may
+// alias out. 1 <= k <= k_moe_max_k, n_tok >= 0, n_embd >= 0.
+cudaError_t launch_moe_combine(const float* y, const float* weights, int n_tok, int k, int64_t n_embd, float* out,
+                               bool add, cudaStream_t stream, const moe_shared_term* shared = nullptr);
 
 // ---- Prefill: grouping by expert and the grouped GEMM --------------------------------------
 // Grouped rows per GEMM row tile; launch_moe_group's tile_offsets count tiles of this many.

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -204,25 +205,59 @@ TEST(moe, matvec_rejects_bad_arguments) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
-TEST(moe, combine_weighted_sum_and_residual) {
+// The routed sum, then (shared 1: gate logits given, 2: the float32 gate row dotted with x in
+// the launch) the shared expert's sigmoid-gated rows.
+TEST(moe, combine_weighted_sum_residual_and_shared_expert) {
   REQUIRE_GPU();
+  for (int shared : {0, 1, 2})
   for (int k : {1, 3, 8, 16})
   for (int64_t n : {1000, 1001}) {  // float4 rows, and the scalar kernel
     const int n_tok = 5;
     const auto y = randoms(size_t(n_tok * k * n), 21), w = randoms(size_t(n_tok * k), 22, 0.f, 1.f),
-               r = randoms(size_t(n_tok * n), 23);
+               r = randoms(size_t(n_tok * n), 23), ys = randoms(size_t(n_tok * n), 24),
+               gl = randoms(size_t(n_tok), 25, -4.f, 4.f), row = randoms(size_t(n), 26, -0.1f, 0.1f),
+               xs = randoms(size_t(n_tok * n), 27);
+    std::vector<double> logit(n_tok);
+    for (int t = 0; t < n_tok; ++t) {
+      logit[t] = gl[t];
+      if (shared == 2) {
+        logit[t] = 0.0;
+        for (int64_t i = 0; i < n; ++i) logit[t] += double(row[i]) * xs[t * n + i];
+      }
+    }
     for (bool add : {false, true}) {
-      dev<float> dy(y), dw(w), out(r);
-      ASSERT_EQ(launch_moe_combine(dy.p, dw.p, n_tok, k, n, out.p, add, nullptr), cudaSuccess);
+      dev<float> dy(y), dw(w), out(r), dys(ys), dgl(gl), drow(row), dxs(xs);
+      moe_shared_term sh;
+      sh.y = dys.p;
+      if (shared == 1) sh.gate_logits = dgl.p;
+      if (shared == 2) sh.gate_row = drow.p, sh.x = dxs.p;
+      ASSERT_EQ(launch_moe_combine(dy.p, dw.p, n_tok, k, n, out.p, add, nullptr, shared ? &sh : nullptr), cudaSuccess);
       const auto o = out.host();
-      for (int t = 0; t < n_tok; ++t)
+      for (int t = 0; t < n_tok; ++t) {
+        const double gate = 1.0 / (1.0 + std::exp(-logit[t]));
         for (int64_t i = 0; i < n; ++i) {
           double s = add ? r[t * n + i] : 0.0, mag = std::fabs(s);
           for (int j = 0; j < k; ++j) s += double(w[t * k + j]) * y[(t * k + j) * n + i], mag += std::fabs(w[t * k + j] * y[(t * k + j) * n + i]);
-          ASSERT_NEAR(o[t * n + i], s, 1e-6 * mag + 1e-7) << "k " << k << " n " << n << " t " << t << " i " << i;  // k fmas
+          if (shared) s += gate * ys[t * n + i], mag += std::fabs(gate * ys[t * n + i]);
+          // k + 2 roundings; the gate row's float32 dot product (1000 terms of |.| < 0.1) errs by
+          // well under 1e-5 of a logit, times sigmoid' <= 1/4.
+          const double tol = 1e-6 * mag + 1e-7 + (shared == 2 ? 3e-6 * std::fabs(ys[t * n + i]) : 0.0);
+          ASSERT_NEAR(o[t * n + i], s, tol) << "shared " << shared << " k " << k << " n " << n << " t " << t << " i " << i;
         }
+      }
     }
   }
+}
+
+TEST(moe, combine_rejects_incomplete_shared_term) {
+  REQUIRE_GPU();
+  dev<float> y(size_t(64)), w(size_t(8)), out(size_t(64));
+  moe_shared_term sh;  // no y
+  EXPECT_EQ(launch_moe_combine(y.p, w.p, 1, 1, 64, out.p, true, nullptr, &sh), cudaErrorInvalidValue);
+  sh.y = y.p;  // no gate: neither logits nor row and x
+  EXPECT_EQ(launch_moe_combine(y.p, w.p, 1, 1, 64, out.p, true, nullptr, &sh), cudaErrorInvalidValue);
+  sh.gate_row = w.p;  // a row without x
+  EXPECT_EQ(launch_moe_combine(y.p, w.p, 1, 1, 64, out.p, true, nullptr, &sh), cudaErrorInvalidValue);
 }
 
 // ---- Grouping -----------------------------------------------------------------------------
@@ -367,6 +402,84 @@ TEST(moe, grouped_gemm_matches_cpu) {
       {ggml_type::q6_k, 200, 8, 4, 256, 64, mr::by_token, mr::grouped, 1, 2},  // 25 tiles on one expert
   };
   for (const auto& c : cases) check_gemm(c);
+}
+
+// TANDEM_QGEMM_GROUPED_ITEMS (kernels/qgemm_frag.cu: the column tiles a short-K grouped block of
+// the fragment path takes; "0": the one-tile blocks; nullptr: unset, the default) while in scope.
+// The launcher reads it at every launch.
+class grouped_items_env {
+ public:
+  explicit grouped_items_env(const char* v) {
+    const char* old = std::getenv(k_name);
+    had_ = old != nullptr;
+    if (had_) saved_ = old;
+    if (v) setenv(k_name, v, 1);
+    else unsetenv(k_name);
+  }
+  ~grouped_items_env() {
+    if (had_) setenv(k_name, saved_.c_str(), 1);
+    else unsetenv(k_name);
+  }
+  grouped_items_env(const grouped_items_env&) = delete;
+  grouped_items_env& operator=(const grouped_items_env&) = delete;
+
+ private:
+  static constexpr const char* k_name = "TANDEM_QGEMM_GROUPED_ITEMS";
+  bool had_ = false;
+  std::string saved_;
+};
+
+// Every set's outputs of case c (poisoned where the GEMM writes nothing) with the items setting.
+std::vector<float> gemm_outputs(const gemm_case& c, const experts (&ex)[2], const char* items) {
+  const auto ids = gemm_ids(c);
+  const int64_t n_pairs = int64_t(c.n_tok) * c.k, x_rows = c.x_rows == moe_rows::by_token ? c.n_tok : n_pairs;
+  const grouping g = group_cpu(ids, c.n_expert);
+  dev<int32_t> offsets(g.offsets), perm(g.perm), tiles(g.tiles);
+  dev<uint8_t> w0(ex[0].q), w1(ex[1].q), work(moe_gemm_work_bytes(c.n_in, x_rows));
+  dev<float> dx(randoms(size_t(x_rows * c.n_in), 41, -2.f, 2.f)), y0(size_t(n_pairs * c.n_out)),
+      y1(size_t(n_pairs * c.n_out));
+  const moe_matvec_output outs[2] = {{w0.p, y0.p}, {w1.p, y1.p}};
+  const grouped_items_env env(items);
+  EXPECT_EQ(launch_moe_gemm(c.type, outs, c.n_outs, ex[0].stride, c.n_expert, c.n_in, c.n_out, dx.p, c.x_rows,
+                            c.y_rows, c.n_tok, c.k, offsets.p, perm.p, tiles.p, work.p, nullptr),
+            cudaSuccess);
+  auto y = y0.host();
+  const auto second = y1.host();
+  y.insert(y.end(), second.begin(), second.end());
+  return y;
+}
+
+// The short-K blocks that take several column tiles of a row tile (Q4_K and Q6_K at n_in <= 1024
+// on sm_80+, where their shared memory fits) against the one-tile blocks: the same products in
+// the same order, so the same bits, at any tiles a block (partial column and row tiles, idle
+// experts, one expert with every row, two sets, 1-4 K blocks, a last block with fewer tiles).
+TEST(moe, grouped_gemm_items_are_one_tile_bits) {
+  REQUIRE_GPU();
+  using mr = moe_rows;
+  const gemm_case cases[] = {
+      {ggml_type::q4_k, 37, 4, 8, 512, 200, mr::by_token, mr::grouped, 0, 2},
+      {ggml_type::q6_k, 90, 4, 6, 768, 130, mr::grouped, mr::by_pair, 2, 1},
+      {ggml_type::q6_k, 200, 8, 4, 256, 64, mr::by_token, mr::grouped, 1, 2},
+      {ggml_type::q4_k, 70, 3, 8, 1024, 650, mr::by_token, mr::by_pair, 0, 1},
+      {ggml_type::q6_k, 70, 3, 8, 1024, 650, mr::by_pair, mr::grouped, 2, 2},
+      {ggml_type::q6_k, 300, 2, 4, 512, 1100, mr::by_token, mr::by_pair, 0, 1},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(describe(c));
+    const experts ex[2] = {make_experts(c.type, c.n_expert, c.n_in, c.n_out, 60),
+                           make_experts(c.type, c.n_expert, c.n_in, c.n_out, 460)};
+    const auto want = gemm_outputs(c, ex, "0");
+    for (const char* items : {static_cast<const char*>(nullptr), "1", "3", "64"}) {
+      SCOPED_TRACE(items ? items : "default");
+      const auto got = gemm_outputs(c, ex, items);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        uint32_t a, b;
+        std::memcpy(&a, &want[i], 4), std::memcpy(&b, &got[i], 4);
+        ASSERT_EQ(b, a) << "output " << i << ": " << got[i] << " vs " << want[i];
+      }
+    }
+  }
 }
 
 TEST(moe, prefill_pipeline_with_device_grouping) {
@@ -556,6 +669,45 @@ TEST(big, moe_prefill_tflops) {
               2 * flops / us_up / 1e6, us_dn, flops / us_dn / 1e6);
   std::printf("moe prefill q4_k 2048 tok: gate+up+swiglu %.0f us unfused, %.0f us fused (%.1f TFLOPS)\n", us_up_sw,
               us_fused, 2 * flops / us_fused / 1e6);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// Qwen3.5-35B-A3B's down projection at prefill: 2048 tokens, top-8 of 256 experts, 512 -> 2048,
+// Q4_K and Q6_K (Q4_K_M's two kinds of down experts): TFLOPS on the active FLOPs with the short-K
+// grouped blocks off (TANDEM_QGEMM_GROUPED_ITEMS=0: one column tile a block), at their default
+// column tiles a block (4), and at 8 and 16; each checked against the first's bits.
+TEST(big, moe_prefill_down_35b) {
+  REQUIRE_GPU();
+  const int n_tok = 2048, n_expert = 256, k = 8;
+  const int64_t n_embd = 2048, n_ff = 512, n_pairs = int64_t(n_tok) * k;
+  const grouping g = group_cpu(random_ids(n_tok, k, n_expert, 4), n_expert);
+  dev<int32_t> offsets(g.offsets), perm(g.perm), tiles(g.tiles);
+  dev<uint8_t> work(moe_gemm_work_bytes(n_ff, n_pairs));
+  dev<float> x(randoms(size_t(n_pairs * n_ff), 5)), y(size_t(n_pairs * n_embd));
+  const double flops = 2.0 * n_pairs * n_ff * n_embd;
+  for (const ggml_type t : {ggml_type::q4_k, ggml_type::q6_k}) {
+    // 64 quantized rows repeated: each expert is rb * n_embd bytes, a whole number of tiles.
+    const auto tile = quantize_matrix(t, randoms(size_t(n_ff * 64), 1), n_ff, 64);
+    const size_t stride = *row_bytes(t, n_ff) * n_embd;
+    std::vector<uint8_t> wh(stride * n_expert);
+    for (size_t i = 0; i < wh.size(); ++i) wh[i] = tile[i % tile.size()];
+    dev<uint8_t> w(wh);
+    const moe_matvec_output o{w.p, y.p};
+    std::vector<float> want;
+    for (const char* items : {"0", static_cast<const char*>(nullptr), "8", "16"}) {
+      const grouped_items_env env(items);
+      const double us = time_us([&](int, cudaStream_t s) {
+        launch_moe_gemm(t, &o, 1, stride, n_expert, n_ff, n_embd, x.p, moe_rows::grouped, moe_rows::by_pair, n_tok,
+                        k, offsets.p, perm.p, tiles.p, work.p, s);
+      }, true);
+      const auto got = y.host();
+      const char* name = items ? items : "default";
+      std::printf("moe prefill down %s 35B (256 x 2048x512, 2048 tok, k 8), items %s: %.1f us (%.1f TFLOPS)\n",
+                  std::string(type_name(t)).c_str(), name, us, flops / us / 1e6);
+      if (want.empty()) want = got;
+      else EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "items " << name;
+    }
+  }
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
 }
 

@@ -67,10 +67,12 @@ status cuda_backend::moe_block(uint32_t il) {
   TANDEM_TRY(mark("FFN norm"));
   TANDEM_TRY(route(L, xn, T));
   TANDEM_TRY(dec ? moe_experts_decode(L, xn, T, xq) : moe_experts_prefill(L, xn, T));
-  TANDEM_CUDA_TRY(launch_moe_combine(moe_y_.get<float>(), moe_w_.get<float>(), T, k, E, x, true, s));
-  TANDEM_TRY(mark("experts combine"));
-  if (hp_.n_ff_shexp > 0) TANDEM_TRY(moe_shared_expert(L, xn, T));
-  return {};
+  // The shared expert's output and gate join the routed experts' sum in the combine's one pass.
+  moe_shared_term sh;
+  if (hp_.n_ff_shexp > 0) TANDEM_TRY(moe_shared_expert(L, xn, T, xq, sh));
+  TANDEM_CUDA_TRY(launch_moe_combine(moe_y_.get<float>(), moe_w_.get<float>(), T, k, E, x, true, s,
+                                     hp_.n_ff_shexp > 0 ? &sh : nullptr));
+  return mark("experts combine");
 }
 
 // Decode: each (token, slot)'s expert read on the device; gate and up in one launch when they
@@ -152,15 +154,33 @@ status cuda_backend::moe_experts_prefill(const device_layer& L, const float* xn,
   return mark("experts down");
 }
 
-// x += sigmoid(g · xn) · down(silu(gate xn) · up xn), through the dense FFN's buffers.
-status cuda_backend::moe_shared_expert(const device_layer& L, const float* xn, int T) {
+// The shared expert's term of the combine: down(silu(gate xn) · up xn) into tmp_ through the dense
+// FFN's buffers, and its gate: a float32 gate row is dotted with xn in the combine itself (float32,
+// no launch); other types' logits come from a product here. Decode (x_quantized: the norm left
+// xn's int8 copy in matvec_work_): gate and up read that copy and the SwiGLU writes down's, three
+// launches in all.
+status cuda_backend::moe_shared_expert(const device_layer& L, const float* xn, int T, bool x_quantized,
+                                       moe_shared_term& sh) {
   const cudaStream_t s = ctx_->stream();
-  float *g = gate_.get<float>(), *u = up_.get<float>(), *y = moe_y_.get<float>(), *gl = moe_logits_.get<float>();
-  TANDEM_TRY(matmul_fused({{&L.gate_shexp, g}, {&L.up_shexp, u}}, xn, T, false));
-  TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * hp_.n_ff_shexp, s));
-  TANDEM_TRY(matmul(L.down_shexp, g, T, y));
-  TANDEM_TRY(matmul(L.shexp_gate, xn, T, gl));
-  TANDEM_CUDA_TRY(launch_moe_shared_add(y, gl, T, int64_t(hp_.n_embd), x_.get<float>(), s));
+  const int F = int(hp_.n_ff_shexp);
+  float *g = gate_.get<float>(), *u = up_.get<float>(), *y = tmp_.get<float>();
+  if (x_quantized && F % 32 == 0 && matvec_ready({&L.gate_shexp, &L.up_shexp}, T) && matvec_ready({&L.down_shexp}, T)) {
+    TANDEM_TRY(matvec_quantized({{&L.gate_shexp, g}, {&L.up_shexp, u}}, xn, T, false));
+    TANDEM_CUDA_TRY(launch_moe_swiglu_q8(g, u, g, T, F, matvec_work_.get(), s));
+    TANDEM_TRY(matvec_quantized({{&L.down_shexp, y}}, g, T, false));
+  } else {
+    TANDEM_TRY(matmul_fused({{&L.gate_shexp, g}, {&L.up_shexp, u}}, xn, T, false));
+    TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * F, s));
+    TANDEM_TRY(matmul(L.down_shexp, g, T, y));
+  }
+  sh = moe_shared_term{};
+  sh.y = y;
+  if (L.shexp_gate.type == ggml_type::f32) {
+    sh.gate_row = reinterpret_cast<const float*>(L.shexp_gate.data), sh.x = xn;
+  } else {
+    TANDEM_TRY(matmul(L.shexp_gate, xn, T, moe_logits_.get<float>()));
+    sh.gate_logits = moe_logits_.get<float>();
+  }
   return mark("shared expert");
 }
 
