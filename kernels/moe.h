@@ -121,6 +121,16 @@ size_t moe_gemm_work_bytes(int64_t n_in, int64_t n_x_rows);
 // Row tiles' upper bound for a grid sized on the host: floor(n_pairs / k_moe_gemm_rows) + min(n_expert, n_pairs).
 int64_t moe_gemm_max_row_tiles(int64_t n_pairs, int n_expert);
 
+// fp16 operands of the grouped GEMMs that the caller holds or wants: x16, x already as fp16
+// (n_x_rows rows of n_in, rounded as launch_to_f16 rounds; then x and work are not read and may
+// be null), and h16 (launch_moe_gemm_swiglu only), where h goes as fp16 instead of as floats
+// into gate_up[0].y (the down projection's x16). Both 16-byte aligned; h16 may alias
+// gate_up[1].y; n_tok * k * n_out % 4 == 0 with h16.
+struct moe_gemm_f16 {
+  const uint16_t* x16 = nullptr;
+  uint16_t* h16 = nullptr;
+};
+
 // For each expert e and each of its grouped rows r (offsets[e] <= r < offsets[e + 1]):
 // Y_m[row_y(r)] = W_{m,e} · X[row_x(r)] for each matrix set m of outs (1 or 2: gate and up in
 // one launch, sharing the fp16 x). Experts with no rows cost nothing but an early exit; no
@@ -136,7 +146,8 @@ int64_t moe_gemm_max_row_tiles(int64_t n_pairs, int n_expert);
 cudaError_t launch_moe_gemm(ggml_type t, const moe_matvec_output* outs, int n_outs, size_t expert_stride_bytes,
                             int n_expert, int64_t n_in, int64_t n_out, const float* x, moe_rows x_rows,
                             moe_rows y_rows, int n_tok, int k, const int32_t* offsets, const int32_t* perm,
-                            const int32_t* tile_offsets, void* work, cudaStream_t stream);
+                            const int32_t* tile_offsets, void* work, cudaStream_t stream,
+                            const moe_gemm_f16& f16 = {});
 
 // launch_moe_gemm of gate and up (gate_up[0], gate_up[1]: one type and shape, sharing x), then
 // SwiGLU: gate_up[0].y[row_y(r)][o] = silu(G) · U with launch_swiglu's float arithmetic
@@ -146,10 +157,13 @@ cudaError_t launch_moe_gemm(ggml_type t, const moe_matvec_output* outs, int n_ou
 // TANDEM_QGEMM_WMMA=1) do it in one launch that writes h only, never gate_up[1].y; elsewhere
 // gate and up are stored and launch_swiglu follows, with gate_up[1].y as the up products'
 // scratch: it must hold n_tok * k rows of n_out and is left unspecified. Rows of h not in any
-// group are unspecified. Requirements and errors as launch_moe_gemm's.
+// group are unspecified. With f16.h16, h is written there as fp16 (the fused launch rounds it
+// in its epilogue; elsewhere launch_to_f16's rounding follows the SwiGLU) and gate_up[0].y is
+// then scratch where the launch is not fused. Requirements and errors as launch_moe_gemm's.
 cudaError_t launch_moe_gemm_swiglu(ggml_type t, const moe_matvec_output* gate_up, size_t expert_stride_bytes,
                                    int n_expert, int64_t n_in, int64_t n_out, const float* x, moe_rows x_rows,
                                    moe_rows y_rows, int n_tok, int k, const int32_t* offsets, const int32_t* perm,
-                                   const int32_t* tile_offsets, void* work, cudaStream_t stream);
+                                   const int32_t* tile_offsets, void* work, cudaStream_t stream,
+                                   const moe_gemm_f16& f16 = {});
 
 }  // namespace tandem

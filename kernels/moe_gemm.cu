@@ -226,32 +226,43 @@ struct gemm_call {
   int n_tok, k;
   const int32_t *offsets, *perm, *tiles;
   void* work;
+  moe_gemm_f16 f16;
   int64_t n_pairs() const { return int64_t{n_tok} * k; }
+  int64_t n_x_rows() const { return x_rows == moe_rows::by_token ? n_tok : n_pairs(); }
   unsigned row_tiles() const { return static_cast<unsigned>(moe_gemm_max_row_tiles(n_pairs(), n_expert)); }
-  const uint16_t* x16() const { return static_cast<const uint16_t*>(work); }
+  const uint16_t* x16() const { return f16.x16 ? f16.x16 : static_cast<const uint16_t*>(work); }
 };
 
 cudaError_t check(const gemm_call& c) {
   if (!gpu_can_moe_gemm(c.t) || !c.outs || c.n_outs < 1 || c.n_outs > k_moe_max_outputs || c.n_expert < 1 ||
       c.n_expert > k_moe_max_experts || c.n_in <= 0 || c.n_in % 32 != 0 || c.n_in % type_info(c.t).block_size != 0 ||
       c.n_out < 1 || c.n_tok < 0 || c.k < 1 || c.k > k_moe_max_k || c.n_pairs() > 0x7fffffff ||
-      c.y_rows == moe_rows::by_token || !c.offsets || !c.tiles || (c.n_tok > 0 && (!c.perm || !c.work || !c.x)))
+      c.y_rows == moe_rows::by_token || !c.offsets || !c.tiles ||
+      (c.n_tok > 0 && (!c.perm || (!c.f16.x16 && (!c.work || !c.x)))) ||
+      (c.f16.h16 && (c.n_pairs() * c.n_out) % 4 != 0))
     return cudaErrorInvalidValue;
   for (int i = 0; i < c.n_outs; ++i) {
     if (!c.outs[i].w || !c.outs[i].y) return cudaErrorInvalidValue;
     if (!aligned(c.outs[i].w, 16)) return cudaErrorMisalignedAddress;
   }
-  if (c.stride % 16 != 0 || !aligned(c.x, 16) || !aligned(c.work, 16)) return cudaErrorMisalignedAddress;
+  if (c.stride % 16 != 0 || !aligned(c.x, 16) || !aligned(c.work, 16) || !aligned(c.f16.x16, 16) ||
+      !aligned(c.f16.h16, 16))
+    return cudaErrorMisalignedAddress;
   if (moe_gemm_max_row_tiles(c.n_pairs(), c.n_expert) > 65535 || (c.n_out + BN - 1) / BN > 0x7fffffff)
     return cudaErrorInvalidValue;
   return cudaSuccess;
 }
 
-// x to fp16 into work, the operand of every path.
-cudaError_t convert_x(const gemm_call& c, cudaStream_t s) {
-  const int64_t n_x_rows = c.x_rows == moe_rows::by_token ? c.n_tok : c.n_pairs(), n4 = c.n_in * n_x_rows / 4;
+// n floats (n % 4 == 0) to fp16.
+cudaError_t to_f16(const float* x, void* out, int64_t n, cudaStream_t s) {
+  const int64_t n4 = n / 4;
   return launch_pdl(to_f16_kernel, dim3(static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 65535))), dim3(256),
-                    s, c.x, static_cast<__half*>(c.work), n4);
+                    s, x, static_cast<__half*>(out), n4);
+}
+
+// x to fp16 into work, the operand of every path, unless the caller gave it (f16.x16).
+cudaError_t convert_x(const gemm_call& c, cudaStream_t s) {
+  return c.f16.x16 ? cudaSuccess : to_f16(c.x, c.work, c.n_in * c.n_x_rows(), s);
 }
 
 // TANDEM_MOE_GEMM_WMMA=1 keeps every type on the kernel here: the before/after of the
@@ -284,7 +295,7 @@ cudaError_t launch_sets(const gemm_call& c, cudaStream_t s) {
   for (int i = 0; i < c.n_outs; ++i) p.w[i] = static_cast<const uint8_t*>(c.outs[i].w), p.y[i] = c.outs[i].y;
   p.stride = static_cast<int64_t>(c.stride), p.n_in = c.n_in, p.n_out = c.n_out;
   p.row_bytes = static_cast<int64_t>(*row_bytes(c.t, static_cast<uint64_t>(c.n_in)));
-  p.x16 = reinterpret_cast<const __half*>(c.work);
+  p.x16 = reinterpret_cast<const __half*>(c.x16());
   p.x_rows = static_cast<int>(c.x_rows), p.y_rows = static_cast<int>(c.y_rows), p.k = c.k, p.n_expert = c.n_expert;
   p.offsets = c.offsets, p.perm = c.perm, p.tiles = c.tiles;
   const dim3 grid(static_cast<unsigned>((c.n_out + BN - 1) / BN), c.row_tiles(), static_cast<unsigned>(c.n_outs));
@@ -305,6 +316,7 @@ cudaError_t launch_fused_swiglu(const gemm_call& c, cudaStream_t s) {
   a.x16 = c.x16(), a.x_rows = static_cast<qgemm_rows>(c.x_rows), a.y_rows = static_cast<qgemm_rows>(c.y_rows);
   a.k = c.k, a.n_expert = c.n_expert;
   a.offsets = c.offsets, a.perm = c.perm, a.tiles = c.tiles, a.row_tiles = c.row_tiles();
+  a.y16 = c.f16.h16;
   return launch_qgemm_frag_grouped(c.t, a, s);
 }
 
@@ -313,10 +325,11 @@ cudaError_t launch_fused_swiglu(const gemm_call& c, cudaStream_t s) {
 cudaError_t launch_moe_gemm(ggml_type t, const moe_matvec_output* outs, int n_outs, size_t expert_stride_bytes,
                             int n_expert, int64_t n_in, int64_t n_out, const float* x, moe_rows x_rows,
                             moe_rows y_rows, int n_tok, int k, const int32_t* offsets, const int32_t* perm,
-                            const int32_t* tile_offsets, void* work, cudaStream_t stream) {
+                            const int32_t* tile_offsets, void* work, cudaStream_t stream, const moe_gemm_f16& f16) {
   const gemm_call c{t, outs, n_outs, expert_stride_bytes, n_expert, n_in, n_out, x,
-                    x_rows, y_rows, n_tok, k, offsets, perm, tile_offsets, work};
+                    x_rows, y_rows, n_tok, k, offsets, perm, tile_offsets, work, f16};
   cudaError_t e = check(c);
+  if (e == cudaSuccess && f16.h16) e = cudaErrorInvalidValue;  // no SwiGLU here
   if (e != cudaSuccess || c.n_pairs() == 0) return e;
   e = convert_x(c, stream);
   return e != cudaSuccess ? e : launch_sets(c, stream);
@@ -325,9 +338,10 @@ cudaError_t launch_moe_gemm(ggml_type t, const moe_matvec_output* outs, int n_ou
 cudaError_t launch_moe_gemm_swiglu(ggml_type t, const moe_matvec_output* gate_up, size_t expert_stride_bytes,
                                    int n_expert, int64_t n_in, int64_t n_out, const float* x, moe_rows x_rows,
                                    moe_rows y_rows, int n_tok, int k, const int32_t* offsets, const int32_t* perm,
-                                   const int32_t* tile_offsets, void* work, cudaStream_t stream) {
+                                   const int32_t* tile_offsets, void* work, cudaStream_t stream,
+                                   const moe_gemm_f16& f16) {
   const gemm_call c{t, gate_up, 2, expert_stride_bytes, n_expert, n_in, n_out, x,
-                    x_rows, y_rows, n_tok, k, offsets, perm, tile_offsets, work};
+                    x_rows, y_rows, n_tok, k, offsets, perm, tile_offsets, work, f16};
   cudaError_t e = check(c);
   if (e == cudaSuccess && gate_up[0].y == gate_up[1].y) e = cudaErrorInvalidValue;
   if (e != cudaSuccess || c.n_pairs() == 0) return e;
@@ -336,7 +350,8 @@ cudaError_t launch_moe_gemm_swiglu(ggml_type t, const moe_matvec_output* gate_up
   if (fuses_swiglu(c)) return launch_fused_swiglu(c, stream);
   e = launch_sets(c, stream);
   float *g = gate_up[0].y, *u = gate_up[1].y;
-  return e != cudaSuccess ? e : launch_swiglu(g, u, g, c.n_pairs() * n_out, stream);
+  if (e == cudaSuccess) e = launch_swiglu(g, u, g, c.n_pairs() * n_out, stream);
+  return e != cudaSuccess || !f16.h16 ? e : to_f16(g, f16.h16, c.n_pairs() * n_out, stream);
 }
 
 }  // namespace tandem

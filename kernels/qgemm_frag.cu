@@ -404,8 +404,7 @@ __device__ __forceinline__ int tile_rows(const qgemm_frag_grouped_args& g, int t
 // weights that expert's matrix; blocks past tiles[n_expert] exit. Swiglu: grid (tiles of BN / 2
 // rows, row tiles); warps 0-3 take gate's rows, warps 4-7 the same rows of up, each output's
 // products in the unfused blocks' order. The 8-token tiles past the row tile's last row are
-// skipped (Qwen3-30B's fused gate+up+SwiGLU 621 -> 602 us, Qwen3.5-35B pp2048 +1.8%, one H200;
-// it costs the Q4_K SwiGLU blocks a 4-byte spill at their 128 registers).
+// skipped (Qwen3-30B's fused gate+up+SwiGLU 621 -> 602 us, Qwen3.5-35B pp2048 +1.8%, one H200).
 template <class D, bool Swiglu>
 __global__ void __launch_bounds__(frag_geom<typename D::type, 8, 8>::threads, frag_geom<typename D::type, 8, 8>::min_blocks)
     qgemm_frag_grouped_kernel(qgemm_frag_grouped_args g) {
@@ -446,7 +445,12 @@ __global__ void __launch_bounds__(frag_geom<typename D::type, 8, 8>::threads, fr
   float* y = !Swiglu && blockIdx.z != 0 ? g.y[1] : g.y[0];
   for_outputs<8>(ra, acc, [&](int r, int tok, float v) {
     const int d = dst[tok];
-    if (d >= 0 && n0 + r < g.n_out) y[static_cast<int64_t>(d) * g.n_out + n0 + r] = v;
+    if (d < 0 || n0 + r >= g.n_out) return;
+    const int64_t at = static_cast<int64_t>(d) * g.n_out + n0 + r;
+    if (Swiglu && g.y16)
+      g.y16[at] = __half_as_ushort(__float2half_rn(v));
+    else
+      y[at] = v;
   });
 #endif
 }

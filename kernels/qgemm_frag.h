@@ -37,7 +37,8 @@ int qgemm_frag_block_rows(ggml_type t, int64_t n_out, int n_tok, int pieces);
 // launch_qgemm_grouped's launch (its arguments, checked there): row tiles of 64 token rows
 // against tiles of 128 weight rows. With swiglu (n_sets 2: gate, up; launch_moe_gemm_swiglu in
 // kernels/moe_gemm.cu) a block takes 64 rows of each set and writes only
-// y[0] = silu(gate) * up, with launch_swiglu's float arithmetic on the same products.
+// y[0] = silu(gate) * up, with launch_swiglu's float arithmetic on the same products, or with
+// y16 that h rounded to fp16 (to nearest, as launch_to_f16) into y16 instead.
 struct qgemm_frag_grouped_args {
   const void* w[k_qgemm_max_sets];
   float* y[k_qgemm_max_sets];
@@ -49,6 +50,7 @@ struct qgemm_frag_grouped_args {
   const int32_t *offsets, *perm, *tiles;
   unsigned row_tiles;
   bool swiglu;
+  uint16_t* y16 = nullptr;  // swiglu only
 };
 
 cudaError_t launch_qgemm_frag_grouped(ggml_type t, const qgemm_frag_grouped_args& a, cudaStream_t stream);

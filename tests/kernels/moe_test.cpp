@@ -550,6 +550,26 @@ void check_gemm_swiglu(const gemm_case& c) {
     std::memcpy(&a, &want[i], 4), std::memcpy(&b, &got[i], 4);
     ASSERT_EQ(b, a) << "row " << i / c.n_out << " out " << i % c.n_out << ": " << got[i] << " vs " << want[i];
   }
+  // fp16 operands (moe_gemm_f16): x given as fp16 (x and work not read), h written as fp16 into
+  // up's scratch: launch_to_f16's bits of the h above; and the plain GEMM from the given x16 has
+  // the bits of the one that converts x itself.
+  dev<uint16_t> x16(size_t(x_rows * c.n_in)), want16(sz);
+  ASSERT_EQ(launch_to_f16(dx.p, x16.p, x_rows * c.n_in, nullptr), cudaSuccess);
+  ASSERT_EQ(launch_to_f16(yg.p, want16.p, n, nullptr), cudaSuccess);
+  const moe_gemm_f16 f16{x16.p, reinterpret_cast<uint16_t*>(scratch.p)};
+  ASSERT_EQ(launch_moe_gemm_swiglu(c.type, fused, gate.stride, c.n_expert, c.n_in, c.n_out, nullptr, c.x_rows,
+                                   c.y_rows, c.n_tok, c.k, offsets.p, perm.p, tiles.p, nullptr, nullptr, f16),
+            cudaSuccess);
+  std::vector<uint16_t> got16(sz);
+  ASSERT_EQ(cudaMemcpy(got16.data(), scratch.p, sz * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  const auto w16 = want16.host();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got16[i], w16[i]) << "fp16 h, row " << i / c.n_out << " out " << i % c.n_out;
+  const moe_matvec_output up_only[1] = {{wu.p, yg.p}};
+  ASSERT_EQ(launch_moe_gemm(c.type, up_only, 1, up.stride, c.n_expert, c.n_in, c.n_out, nullptr, c.x_rows, c.y_rows,
+                            c.n_tok, c.k, offsets.p, perm.p, tiles.p, nullptr, nullptr, {x16.p, nullptr}),
+            cudaSuccess);
+  const auto want_u = yu.host(), got_u = yg.host();
+  ASSERT_EQ(std::memcmp(want_u.data(), got_u.data(), sz * sizeof(float)), 0) << "up from the given fp16 x";
 }
 
 TEST(moe, grouped_gemm_swiglu_is_gemm_then_swiglu) {
@@ -587,6 +607,18 @@ TEST(moe, grouped_gemm_swiglu_rejects_bad_arguments) {
   EXPECT_EQ(run(same, n_tok), cudaErrorInvalidValue);  // up's scratch is h
   EXPECT_EQ(run(no_up, n_tok), cudaErrorInvalidValue);
   EXPECT_EQ(run(ok, 0), cudaSuccess);
+  dev<uint16_t> h16(size_t(n_tok * k * 64 + 8));
+  const moe_gemm_f16 odd{nullptr, h16.p + 1};
+  EXPECT_EQ(launch_moe_gemm_swiglu(ggml_type::q4_k, ok, ex.stride, n_expert, 256, 64, x.p, moe_rows::by_token,
+                                   moe_rows::grouped, n_tok, k, offsets.p, perm.p, tiles.p, work.p, nullptr, odd),
+            cudaErrorMisalignedAddress);
+  const moe_matvec_output one[1] = {{w.p, h.p}};
+  EXPECT_EQ(launch_moe_gemm(ggml_type::q4_k, one, 1, ex.stride, n_expert, 256, 64, x.p, moe_rows::by_token,
+                            moe_rows::grouped, n_tok, k, offsets.p, perm.p, tiles.p, work.p, nullptr, {nullptr, h16.p}),
+            cudaErrorInvalidValue);  // h16 is the SwiGLU's
+  EXPECT_EQ(launch_moe_gemm(ggml_type::q4_k, one, 1, ex.stride, n_expert, 256, 64, nullptr, moe_rows::by_token,
+                            moe_rows::grouped, n_tok, k, offsets.p, perm.p, tiles.p, nullptr, nullptr),
+            cudaErrorInvalidValue);  // neither x nor x16
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 

@@ -122,7 +122,8 @@ class cuda_backend final : public cuda_stage {
   status route(const device_layer& L, const float* xn, int n_tok);
   status moe_experts_decode(const device_layer& L, const float* xn, int n_tok, bool x_quantized);
   status moe_experts_prefill(const device_layer& L, const float* xn, int n_tok);
-  status moe_shared_expert(const device_layer& L, const float* xn, int n_tok, bool x_quantized, moe_shared_term& sh);
+  status moe_shared_expert(const device_layer& L, const float* xn, int n_tok, bool x_quantized, bool xn_f16,
+                           moe_shared_term& sh);
 
   model_desc desc_;
   std::unique_ptr<cuda_context> ctx_;

@@ -69,7 +69,7 @@ status cuda_backend::moe_block(uint32_t il) {
   TANDEM_TRY(dec ? moe_experts_decode(L, xn, T, xq) : moe_experts_prefill(L, xn, T));
   // The shared expert's output and gate join the routed experts' sum in the combine's one pass.
   moe_shared_term sh;
-  if (hp_.n_ff_shexp > 0) TANDEM_TRY(moe_shared_expert(L, xn, T, xq, sh));
+  if (hp_.n_ff_shexp > 0) TANDEM_TRY(moe_shared_expert(L, xn, T, xq, !dec, sh));
   TANDEM_CUDA_TRY(launch_moe_combine(moe_y_.get<float>(), moe_w_.get<float>(), T, k, E, x, true, s,
                                      hp_.n_ff_shexp > 0 ? &sh : nullptr));
   return mark("experts combine");
@@ -118,7 +118,9 @@ status cuda_backend::route(const device_layer& L, const float* xn, int T) {
 
 // Prefill: the (token, slot) pairs sorted by expert on the device, then gate/up from the tokens'
 // rows into grouped rows with SwiGLU (fused when they share a type), and down from grouped rows
-// back to (token, slot) order.
+// back to (token, slot) order. xn goes to fp16 once, into xh_ (the shared expert's GEMMs read it
+// too); where gate and up share a type h comes out as fp16 for down (in up's buffer), so neither
+// the h floats nor their conversion pass are made.
 status cuda_backend::moe_experts_prefill(const device_layer& L, const float* xn, int T) {
   const cudaStream_t s = ctx_->stream();
   const int k = int(hp_.n_expert_used), n_exp = int(hp_.n_expert);
@@ -130,57 +132,76 @@ status cuda_backend::moe_experts_prefill(const device_layer& L, const float* xn,
   int32_t *counts = grp, *offsets = grp + (n_exp + 1), *tiles = grp + 2 * (n_exp + 1), *perm = grp + 3 * (n_exp + 1);
   void* work = moe_work_.get();
   TANDEM_CUDA_TRY(launch_moe_group(moe_ids_.get<int32_t>(), T, k, n_exp, counts, offsets, perm, tiles, work, s));
+  TANDEM_TRY(x_to_f16(xn, int64_t(T) * E));
+  const moe_gemm_f16 xn16{xh_.get<uint16_t>(), nullptr};
   float *g = moe_gate_.get<float>(), *u = moe_up_.get<float>();
   const size_t gu_stride = expert_stride(L.gate_exps, F);
+  moe_gemm_f16 down16{};  // down's fp16 x, where gate and up made it
   if (L.gate_exps.type == L.up_exps.type) {
-    // g = silu(gate) · up in one launch where the grouped GEMM fuses it (u: scratch elsewhere).
+    // h = silu(gate) · up in one launch where the grouped GEMM fuses it, as fp16 into u's buffer.
     const moe_matvec_output outs[2] = {{L.gate_exps.data, g}, {L.up_exps.data, u}};
+    down16.x16 = moe_up_.get<uint16_t>();
     TANDEM_CUDA_TRY(launch_moe_gemm_swiglu(L.gate_exps.type, outs, gu_stride, n_exp, E, F, xn, moe_rows::by_token,
-                                           moe_rows::grouped, T, k, offsets, perm, tiles, work, s));
+                                           moe_rows::grouped, T, k, offsets, perm, tiles, work, s,
+                                           {xn16.x16, moe_up_.get<uint16_t>()}));
     TANDEM_TRY(mark("experts gate up swiglu"));
   } else {
     const moe_matvec_output og[1] = {{L.gate_exps.data, g}}, ou[1] = {{L.up_exps.data, u}};
     TANDEM_CUDA_TRY(launch_moe_gemm(L.gate_exps.type, og, 1, gu_stride, n_exp, E, F, xn, moe_rows::by_token,
-                                    moe_rows::grouped, T, k, offsets, perm, tiles, work, s));
+                                    moe_rows::grouped, T, k, offsets, perm, tiles, work, s, xn16));
     TANDEM_CUDA_TRY(launch_moe_gemm(L.up_exps.type, ou, 1, expert_stride(L.up_exps, F), n_exp, E, F, xn,
-                                    moe_rows::by_token, moe_rows::grouped, T, k, offsets, perm, tiles, work, s));
+                                    moe_rows::by_token, moe_rows::grouped, T, k, offsets, perm, tiles, work, s, xn16));
     TANDEM_TRY(mark("experts gate up"));
     TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * k * F, s));
     TANDEM_TRY(mark("experts swiglu"));
   }
   const moe_matvec_output down[1] = {{L.down_exps.data, moe_y_.get<float>()}};
   TANDEM_CUDA_TRY(launch_moe_gemm(L.down_exps.type, down, 1, expert_stride(L.down_exps, E), n_exp, F, E, g,
-                                  moe_rows::grouped, moe_rows::by_pair, T, k, offsets, perm, tiles, work, s));
+                                  moe_rows::grouped, moe_rows::by_pair, T, k, offsets, perm, tiles, work, s, down16));
   return mark("experts down");
 }
 
 // The shared expert's term of the combine: down(silu(gate xn) · up xn) into tmp_ through the dense
-// FFN's buffers, and its gate: a float32 gate row is dotted with xn in the combine itself (float32,
-// no launch); other types' logits come from a product here. Decode (x_quantized: the norm left
-// xn's int8 copy in matvec_work_): gate and up read that copy and the SwiGLU writes down's, three
-// launches in all.
-status cuda_backend::moe_shared_expert(const device_layer& L, const float* xn, int T, bool x_quantized,
+// FFN's buffers, and its gate. Decode (x_quantized: the norm left xn's int8 copy in matvec_work_):
+// gate and up read that copy and the SwiGLU writes down's, three launches in all, and a float32
+// gate row is dotted with xn in the combine itself (float32, as the mat-vec did, and no launch).
+// Prefill (xn_f16: xh_ holds xn's fp16 copy from this layer's routed experts): gate, up and the
+// gate row are GEMMs from that copy, so the gate has the fp16 operands every prefill product has
+// (with the combine's float32 dot instead, a near-tie of qwen35moe_tiny's 88-token pass against
+// transformers flipped on an H200).
+status cuda_backend::moe_shared_expert(const device_layer& L, const float* xn, int T, bool x_quantized, bool xn_f16,
                                        moe_shared_term& sh) {
   const cudaStream_t s = ctx_->stream();
   const int F = int(hp_.n_ff_shexp);
-  float *g = gate_.get<float>(), *u = up_.get<float>(), *y = tmp_.get<float>();
-  if (x_quantized && F % 32 == 0 && matvec_ready({&L.gate_shexp, &L.up_shexp}, T) && matvec_ready({&L.down_shexp}, T)) {
-    TANDEM_TRY(matvec_quantized({{&L.gate_shexp, g}, {&L.up_shexp, u}}, xn, T, false));
-    TANDEM_CUDA_TRY(launch_moe_swiglu_q8(g, u, g, T, F, matvec_work_.get(), s));
-    TANDEM_TRY(matvec_quantized({{&L.down_shexp, y}}, g, T, false));
-  } else {
-    TANDEM_TRY(matmul_fused({{&L.gate_shexp, g}, {&L.up_shexp, u}}, xn, T, false));
-    TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * F, s));
-    TANDEM_TRY(matmul(L.down_shexp, g, T, y));
-  }
+  float *g = gate_.get<float>(), *u = up_.get<float>(), *y = tmp_.get<float>(), *gl = moe_logits_.get<float>();
   sh = moe_shared_term{};
   sh.y = y;
-  if (L.shexp_gate.type == ggml_type::f32) {
+  const bool row_gate = L.shexp_gate.type == ggml_type::f32 && !xn_f16;
+  if (row_gate) {
     sh.gate_row = reinterpret_cast<const float*>(L.shexp_gate.data), sh.x = xn;
   } else {
-    TANDEM_TRY(matmul(L.shexp_gate, xn, T, moe_logits_.get<float>()));
-    sh.gate_logits = moe_logits_.get<float>();
+    sh.gate_logits = gl;
   }
+  if (x_quantized && F % 32 == 0 && matvec_ready({&L.gate_shexp, &L.up_shexp}, T) && matvec_ready({&L.down_shexp}, T)) {
+    TANDEM_TRY(matvec_quantized({{&L.gate_shexp, g}, {&L.up_shexp, u}}, xn, T, false));
+    if (!row_gate) TANDEM_TRY(matmul(L.shexp_gate, xn, T, gl));
+    TANDEM_CUDA_TRY(launch_moe_swiglu_q8(g, u, g, T, F, matvec_work_.get(), s));
+    TANDEM_TRY(matvec_quantized({{&L.down_shexp, y}}, g, T, false));
+    return mark("shared expert");
+  }
+  if (xn_f16) {
+    xh_reuse_ = xh_src_ == xn;  // the GEMMs read that copy, not a new one
+    status st = matmul(L.gate_shexp, xn, T, g);
+    if (st.ok()) st = matmul(L.up_shexp, xn, T, u);
+    if (st.ok() && !row_gate) st = matmul(L.shexp_gate, xn, T, gl);
+    xh_reuse_ = false;
+    TANDEM_TRY(st);
+  } else {
+    TANDEM_TRY(matmul_fused({{&L.gate_shexp, g}, {&L.up_shexp, u}}, xn, T, false));
+    if (!row_gate) TANDEM_TRY(matmul(L.shexp_gate, xn, T, gl));
+  }
+  TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * F, s));
+  TANDEM_TRY(matmul(L.down_shexp, g, T, y));
   return mark("shared expert");
 }
 
