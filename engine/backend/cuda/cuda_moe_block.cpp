@@ -167,8 +167,8 @@ status cuda_backend::moe_experts_prefill(const device_layer& L, const float* xn,
 // gate row is dotted with xn in the combine itself (float32, as the mat-vec did, and no launch).
 // Prefill (xn_f16: xh_ holds xn's fp16 copy from this layer's routed experts): gate, up and the
 // gate row are GEMMs from that copy, so the gate has the fp16 operands every prefill product has
-// (with the combine's float32 dot instead, a near-tie of qwen35moe_tiny's 88-token pass against
-// transformers flipped on an H200).
+// (with the combine's float32 dot instead, the one numeric change on that path, qwen35moe_tiny's
+// 88-token one-pass argmax test against transformers failed on an H200).
 status cuda_backend::moe_shared_expert(const device_layer& L, const float* xn, int T, bool x_quantized, bool xn_f16,
                                        moe_shared_term& sh) {
   const cudaStream_t s = ctx_->stream();
