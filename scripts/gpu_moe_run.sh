@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# On the GPU machine, in one call: build for sm_90, then the mixture-of-experts checks and figures
+# of docs/PERFORMANCE.md ("Mixture of experts"). Steps (env STEPS, default "build test kernels
+# bench"): build; test: every CTest test labelled gpu but the big.* timings; kernels: the MoE
+# kernels' timing tests (kernels_moe_test big.*); bench: random Q4_K_M models of PRESETS (default
+# the Qwen3-30B-A3B and Qwen3.5-35B-A3B shapes), the first with ceilings, the rest against them;
+# profile: where a prefill token of the last preset goes (launch groups, no graphs).
+# Usage (repo root, .devdeps/ alongside): bash scripts/gpu_moe_run.sh
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root" || exit 1
+build=${BUILD_DIR:-build-gpu} steps=${STEPS:-build test kernels bench} out=${OUT:-/tmp/moe-out}
+presets=${PRESETS:-qwen3-30b-a3b qwen3.5-35b-a3b} args=${BENCH_ARGS:--p 2048 -n 128 -r 2}
+mkdir -p "$out"
+if [[ -d .devdeps ]]; then
+  export CMAKE_PREFIX_PATH=$PWD/.devdeps/usr CPATH=$PWD/.devdeps/usr/include \
+    LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu \
+    PKG_CONFIG_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu/pkgconfig:$PWD/.devdeps/usr/share/pkgconfig \
+    LD_LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+fi
+export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
+has() { [[ " $steps " == *" $1 "* ]]; }
+tm=$build/client/tandem_model/tandem-model
+model() { echo "/tmp/moe-$1.gguf"; }
+date -u +%FT%TZ; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+
+if has build; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; exit 1; }
+  cmake --build "$build" -j 16 -- -k 0 >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; }
+  echo "build done at $SECONDS s"
+fi
+if has bench || has profile; then  # made on the CPU while the tests run, one after another (memory)
+  (for p in $presets; do
+     [[ -f $(model "$p") ]] || "$tm" make --preset "$p" --type Q4_K_M --row-pool 256 -o "$(model "$p")" -q
+   done) &
+fi
+if has test; then
+  ctest --test-dir "$build" -L gpu -E "^big\." --timeout 300 >"$out/ctest.log" 2>&1
+  grep -E "tests passed|Failed|\*\*\*|Not Run" "$out/ctest.log" | head -30
+  echo "tests done at $SECONDS s"
+fi
+if has kernels; then
+  "$build/tests/kernels/kernels_moe_test" --gtest_filter='big.*' 2>&1 | grep -E "moe |dense|FAILED" | head -40
+  echo "kernel timings done at $SECONDS s"
+fi
+if has bench; then
+  wait
+  first=1
+  for p in $presets; do
+    m=$(model "$p")
+    [[ -f $m ]] || { echo "make $p failed"; continue; }
+    if ((first)); then
+      "$tm" bench -m "$m" $args 2>&1 | grep -E "^ceilings|^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'
+    else
+      "$tm" bench -m "$m" $args --no-ceilings 2>&1 | grep -E "^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'
+    fi
+    first=0
+  done
+fi
+if has profile; then
+  wait
+  last=${presets##* }
+  "$tm" bench -m "$(model "$last")" -p 2048 -n 0 -r 1 --no-ceilings --profile 2>&1 | grep -E "^\| [a-zA-Z]" | head -30
+fi
+date -u +%FT%TZ
