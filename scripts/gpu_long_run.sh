@@ -13,13 +13,7 @@ build=${BUILD_DIR:-build-gpu} steps=${STEPS:-build test bench} preset=${PRESET:-
 types=${TYPES:-Q4_K_M} variants=${VARIANTS:-} targets=${TARGETS:-}
 tests=${TESTS:-kernels_attention_test kernels_flash_attention_test kernels_forward_kernels_test}
 bench=${BENCH:--p 2048,16384 -n 128 -r 2;-p 0 -n 128 -d 16384 -r 2 --no-ceilings --kv f16;-p 0 -n 128 -d 16384 -r 2 --no-ceilings --kv q8_0}
-if [[ -d .devdeps ]]; then
-  export CMAKE_PREFIX_PATH=$PWD/.devdeps/usr CPATH=$PWD/.devdeps/usr/include \
-    LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu \
-    PKG_CONFIG_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu/pkgconfig:$PWD/.devdeps/usr/share/pkgconfig \
-    LD_LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-fi
-export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
+source scripts/gpu_env.sh
 has() { [[ " $steps " == *" $1 "* ]]; }
 tm=$build/client/tandem_model/tandem-model
 date -u +%FT%TZ; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader

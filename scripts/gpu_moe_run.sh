@@ -12,13 +12,7 @@ cd "$root" || exit 1
 build=${BUILD_DIR:-build-gpu} steps=${STEPS:-build test kernels bench} out=${OUT:-/tmp/moe-out}
 presets=${PRESETS:-qwen3-30b-a3b qwen3.5-35b-a3b} args=${BENCH_ARGS:--p 2048 -n 128 -r 2}
 mkdir -p "$out"
-if [[ -d .devdeps ]]; then
-  export CMAKE_PREFIX_PATH=$PWD/.devdeps/usr CPATH=$PWD/.devdeps/usr/include \
-    LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu \
-    PKG_CONFIG_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu/pkgconfig:$PWD/.devdeps/usr/share/pkgconfig \
-    LD_LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-fi
-export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
+source scripts/gpu_env.sh
 has() { [[ " $steps " == *" $1 "* ]]; }
 tm=$build/client/tandem_model/tandem-model
 model() { echo "/tmp/moe-$1.gguf"; }

@@ -11,13 +11,8 @@ cd "$root"
 build=${BUILD_DIR:-build-gpu} steps=${STEPS:-build test ref bench} out=${OUT:-/tmp/qwen35-out}
 types=${TYPES:-Q6_K Q4_K_M} args=${BENCH_ARGS:--p 512,2048,16384 -n 128 -r 2}
 mkdir -p "$out"
-if [[ -d .devdeps ]]; then
-  export CMAKE_PREFIX_PATH=$PWD/.devdeps/usr CPATH=$PWD/.devdeps/usr/include \
-    LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu \
-    PKG_CONFIG_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu/pkgconfig:$PWD/.devdeps/usr/share/pkgconfig \
-    LD_LIBRARY_PATH=$PWD/.devdeps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-fi
-export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source scripts/gpu_env.sh
+export PYTHONUNBUFFERED=1
 has() { [[ " $steps " == *" $1 "* ]]; }
 tm=$build/client/tandem_model/tandem-model
 date -u +%FT%TZ; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
