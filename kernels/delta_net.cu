@@ -4,6 +4,8 @@
 #include "kernels/delta_net.h"
 
 #include "kernels/delta_net_math.cuh"
+#include "kernels/matvec_x.cuh"
+#include "kernels/pdl.cuh"
 
 #include <cstdint>
 
@@ -36,6 +38,8 @@ template <int K>
 __global__ void __launch_bounds__(k_conv_threads)
     dn_conv_kernel(const float* __restrict__ x, int64_t x_stride, const float* __restrict__ w, int C,
                    float* conv_state, const int32_t* __restrict__ runs, float* __restrict__ out) {
+  // The rule kernel after this one (a programmatic dependent) may start loading its state now.
+  pdl_trigger();
   const int c = blockIdx.x * k_conv_threads + threadIdx.x;
   if (c >= C) return;
   const int32_t* run = runs + 4 * blockIdx.z;
@@ -110,9 +114,10 @@ int conv_slices(const dn_runs& runs) {
 
 constexpr int k_row_warps = 8;  // warps (rows) per block of the per-row kernels
 
+// A warp per row; with qx (d % 32 == 0) each pass of the warp over 32 values is one int8 block.
 __global__ void __launch_bounds__(k_row_warps * 32)
     rms_norm_gated_kernel(const float* __restrict__ o, const float* __restrict__ w, const float* __restrict__ z,
-                          float* __restrict__ out, int64_t n, int d, float eps) {
+                          float* __restrict__ out, int64_t n, int d, float eps, int8_t* qx, float2* ds) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * k_row_warps + threadIdx.x / 32;
   if (r >= n) return;
   const int lane = threadIdx.x % 32;
@@ -121,7 +126,11 @@ __global__ void __launch_bounds__(k_row_warps * 32)
   float ss = 0.f;
   for (int i = lane; i < d; i += 32) ss = fmaf(orow[i], orow[i], ss);
   const float inv = 1.f / sqrtf(warp_sum(ss) / static_cast<float>(d) + eps);
-  for (int i = lane; i < d; i += 32) out[r * d + i] = orow[i] * inv * w[i] * silu(zrow[i]);
+  for (int i = lane; i < d; i += 32) {
+    const float v = orow[i] * inv * w[i] * silu(zrow[i]);
+    out[r * d + i] = v;
+    if (qx) quantize_x_warp(v, qx + r * d + (i - lane), ds + (r * d + i) / 32);
+  }
 }
 
 __global__ void split_q_gate_kernel(const float* __restrict__ qg, int64_t n, int n_head, int D, float* __restrict__ q,
@@ -150,7 +159,7 @@ __global__ void sigmoid_mul_kernel(float* x, const float* __restrict__ gate, int
 // are warp shuffles. Token inputs (k, q, the slice's v, the gates) are staged NT tokens at a time
 // in shared memory, so their load latency is paid once per NT tokens; staging also L2-normalises
 // k and q and computes exp(g) and beta from the raw gate inputs (no launches of their own).
-// Decode-sized runs take 2 columns per warp: four times the blocks, each a short chain.
+// Decode-sized runs take dn_rule_decode_kernel below instead.
 constexpr int k_rule_warps = 4;
 
 template <int R, int C_>
@@ -161,7 +170,7 @@ struct rule_cfg {
   static constexpr int COLS = k_rule_warps * C;
   static constexpr int NT = R <= 4 ? 32 : 16;  // staged tokens: 2*NT*DK floats <= 32 KiB
 };
-constexpr int k_rule_decode_tokens = 8;  // runs up to this long take the narrow (C = 2) blocks
+constexpr int k_rule_decode_tokens = 8;  // runs up to this long take dn_rule_decode_kernel
 
 // Sums each p[c] over the warp, leaving the total of column c = lane >> (5 - log2 C) in every
 // lane: halving exchanges over the top lane bits (C-1 shuffles) then a butterfly over the rest,
@@ -335,9 +344,86 @@ cudaError_t launch_rule_cols(const dn_rule_args& a, const dn_runs& runs, cudaStr
   return cudaGetLastError();
 }
 
+// Decode-sized runs (up to k_rule_decode_tokens): a block of k_dec_warps warps owns 32 state
+// columns of one (run, v-head), lane l column j0 + l and warp w rows w RT .. w RT + RT - 1. A
+// warp's load or store of a state row is then one 128-byte line: the block above, whose lanes
+// take rows, touched a line per lane for 8 bytes of it, and one token's pass over a 2 MiB state
+// ran at ~0.3 TB/s (15 us a layer, the largest launch of a Qwen3.5 MoE decode layer). The sums
+// over dk cross the warps through shared memory. The state's loads go out before pdl_wait: only
+// this layer's previous step wrote it.
+constexpr int k_dec_warps = 8;
+
+template <int R>
+__global__ void __launch_bounds__(k_dec_warps * 32) dn_rule_decode_kernel(const dn_rule_args a, const int32_t* runs) {
+  constexpr int DK = 32 * R, RT = DK / k_dec_warps;
+  __shared__ float kq[2][DK];                  // the token's raw k and q
+  __shared__ float part[2][k_dec_warps][32];   // the warps' partial S^T k, then S^T q
+  __shared__ float scal[4];                    // k's and q's L2 scales, exp(g), beta
+  const int32_t* run = runs + 4 * blockIdx.z;
+  const int t0 = run[0], n = run[1], slot = run[2], pos0 = run[3];
+  if (n <= 0) return;  // the whole block
+  const int h = blockIdx.y, kh = h % a.Hk, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int j = blockIdx.x * 32 + lane, r0 = warp * RT;
+  float* S = a.S + (static_cast<int64_t>(slot) * a.Hv + h) * DK * a.dv + static_cast<int64_t>(r0) * a.dv + j;
+  float s[RT];
+#pragma unroll
+  for (int r = 0; r < RT; ++r) s[r] = pos0 == 0 ? 0.f : S[static_cast<int64_t>(r) * a.dv];
+  pdl_wait();
+  // Three barriers a token; none is needed at its top: every read of kq, scal and part[0] comes
+  // before the last barrier of the previous token, part[1]'s after it but before two more.
+  for (int t = 0; t < n; ++t) {
+    const int64_t row = static_cast<int64_t>(t0) + t;
+    for (int e = threadIdx.x; e < DK; e += k_dec_warps * 32) {
+      kq[0][e] = a.k[row * a.qk_stride + static_cast<int64_t>(kh) * DK + e];
+      kq[1][e] = a.q[row * a.qk_stride + static_cast<int64_t>(kh) * DK + e];
+    }
+    const float v = a.v[row * a.v_stride + static_cast<int64_t>(h) * a.dv + j];
+    __syncthreads();
+    if (warp < 2) {  // x * rsqrt(sum(x^2) + eps) (Hugging Face's l2norm); q's also by 1/sqrt(dk)
+      float ss = 0.f;
+      for (int i = lane; i < DK; i += 32) ss = fmaf(kq[warp][i], kq[warp][i], ss);
+      ss = warp_sum(ss);
+      if (lane == 0) scal[warp] = rsqrtf(ss + a.l2_eps) * (warp == 1 ? rsqrtf(static_cast<float>(DK)) : 1.f);
+    } else if (warp == 2 && lane == 0) {  // the gates, as delta_net_gates computes them
+      const int64_t gi = row * (a.gate_stride ? a.gate_stride : a.Hv) + h;
+      scal[2] = expf(a.a_decay[h] * softplus(a.alpha[gi] + a.dt_bias[h]));
+      scal[3] = sigmoid(a.beta[gi]);
+    }
+    float p = 0.f;
+#pragma unroll
+    for (int r = 0; r < RT; ++r) p = fmaf(s[r], kq[0][r0 + r], p);
+    part[0][warp][lane] = p;
+    __syncthreads();
+    const float k_inv = scal[0], eg = scal[2];
+    float kv = 0.f;
+#pragma unroll
+    for (int w = 0; w < k_dec_warps; ++w) kv += part[0][w][lane];
+    const float d = scal[3] * (v - eg * (kv * k_inv));
+    float o = 0.f;
+#pragma unroll
+    for (int r = 0; r < RT; ++r) {
+      s[r] = fmaf(s[r], eg, kq[0][r0 + r] * k_inv * d);
+      o = fmaf(s[r], kq[1][r0 + r], o);
+    }
+    part[1][warp][lane] = o;
+    __syncthreads();
+    if (warp == 0) {
+      float sum = 0.f;
+#pragma unroll
+      for (int w = 0; w < k_dec_warps; ++w) sum += part[1][w][lane];
+      a.out[(row * a.Hv + h) * a.dv + j] = sum * scal[1];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < RT; ++r) S[static_cast<int64_t>(r) * a.dv] = s[r];
+}
+
 template <int R>
 cudaError_t launch_rule(const dn_rule_args& a, const dn_runs& runs, cudaStream_t stream) {
-  if (runs.max_tokens > 0 && runs.max_tokens <= k_rule_decode_tokens) return launch_rule_cols<R, 2>(a, runs, stream);
+  if (runs.max_tokens > 0 && runs.max_tokens <= k_rule_decode_tokens) {
+    const dim3 grid(static_cast<unsigned>(a.dv / 32), static_cast<unsigned>(a.Hv), static_cast<unsigned>(runs.n_runs));
+    return launch_pdl(dn_rule_decode_kernel<R>, grid, dim3(k_dec_warps * 32), stream, a, runs.runs);
+  }
   return launch_rule_cols<R, (R <= 4 ? 8 : 4)>(a, runs, stream);
 }
 
@@ -377,11 +463,12 @@ cudaError_t launch_dn_rule(const dn_rule_args& a, dn_runs runs, cudaStream_t str
 }
 
 cudaError_t launch_rms_norm_gated(const float* o, const float* w, const float* z, float* out, int64_t n, int d,
-                                  float eps, cudaStream_t stream) {
+                                  float eps, cudaStream_t stream, int8_t* qx, float2* ds) {
   const int64_t blocks = (n + k_row_warps - 1) / k_row_warps;
-  if (n < 0 || d <= 0 || blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  if (n < 0 || d <= 0 || blocks > 0x7fffffff || (qx && (d % 32 != 0 || !ds))) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  rms_norm_gated_kernel<<<static_cast<unsigned>(blocks), k_row_warps * 32, 0, stream>>>(o, w, z, out, n, d, eps);
+  rms_norm_gated_kernel<<<static_cast<unsigned>(blocks), k_row_warps * 32, 0, stream>>>(o, w, z, out, n, d, eps,
+                                                                                         qx, ds);
   return cudaGetLastError();
 }
 

@@ -65,8 +65,10 @@ cudaError_t launch_dn_rule_chunked(const dn_rule_args& a, dn_runs runs, int n_to
                                    cudaStream_t stream);
 
 // out = o / sqrt(mean(o^2) + eps) * w * silu(z) per row of d floats (n rows; o, z, out dense).
+// With qx (d a multiple of 32) it also writes out's int8 copy for the mat-vec that reads it, as
+// launch_rms_norm_q8 does: qx/ds are matvec_x_parts(work, n_in, n_tok) with n_in * n_tok = n * d.
 cudaError_t launch_rms_norm_gated(const float* o, const float* w, const float* z, float* out, int64_t n, int d,
-                                  float eps, cudaStream_t stream);
+                                  float eps, cudaStream_t stream, int8_t* qx = nullptr, float2* ds = nullptr);
 
 // Gated attention: splits attn_q's output rows (per token n_head × [q(D), gate(D)]) into q
 // ([T][n_head][D]) and gate ([T][n_head][D]).

@@ -272,6 +272,11 @@ constexpr block_shape shape_of() {
 
 template <class Q, int NT, int R, int TB, bool Pairs = false>
 cudaError_t launch_rows(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool add, cudaStream_t s) {
+  // Q6_K rows of at most 64 pieces (n_in <= 2048: a 2048-wide model's head and V, a shared
+  // expert's down) would leave a 128-thread group's threads half idle or more, with one piece each
+  // in flight: one warp a group walks them instead.
+  if constexpr (TB == 128 && std::is_same_v<Q, mq_q6_k>)
+    if (n_blocks * Q::ppb <= 64 && !g_tuning.wide_short_rows) return launch_rows<Q, NT, R, 32, Pairs>(jb, n_blocks, xs, n_tok, add, s);
   constexpr int W = TB == 32 && NT == 1 && !Pairs ? shape_of<Q>().one_token_warps : 1;
   return launch_rows_w<Q, NT, R, TB, Pairs, W>(jb, n_blocks, xs, n_tok, add, s);
 }

@@ -93,6 +93,7 @@ struct matvec_tuning {
   int rows_per_block = 0;       // weight rows per thread-block pass: 1, 2 or 4
   bool block_per_group = false; // one thread block per group of rows instead of persistent ones
   bool no_pdl = false;           // no programmatic dependent launch after the x quantization
+  bool wide_short_rows = false;  // Q6_K rows of <= 64 pieces keep 128-thread groups (as before)
 };
 void matvec_set_tuning(const matvec_tuning& t);
 

@@ -11,16 +11,18 @@ namespace tandem {
 namespace {
 
 constexpr int k_route_warps = 4;
-constexpr int k_route_per_lane = k_moe_max_experts / 32;
 
 // a before b in the selection: larger logit, or the same and a lower id.
 __device__ __forceinline__ bool ranks_before(float av, int ai, float bv, int bi) {
   return av > bv || (av == bv && ai < bi);
 }
 
-// One warp per token. Lane l holds the logits of experts l, l + 32, ... (NaN as -inf). Each of
-// the k rounds takes the warp's best untaken (logit, id) by a butterfly of (value, id) pairs:
-// every lane ends with the same winner, so the order is fixed and the result deterministic.
+// One warp per token. Lane l holds the logits of experts l, l + 32, ... (PL of them, NaN as
+// -inf; PL the fewest powers of two that hold n_expert, so 128 experts scan 4 a lane, not the
+// 16 that 512 need). Each of the k rounds takes the warp's best untaken (logit, id) by a
+// butterfly of (value, id) pairs: every lane ends with the same winner, so the order is fixed and
+// the result deterministic.
+template <int PL>
 __global__ void __launch_bounds__(32 * k_route_warps)
     moe_route_kernel(const float* __restrict__ logits, int n_tok, int n_expert, int k, bool renorm,
                      int32_t* __restrict__ ids, float* __restrict__ weights) {
@@ -29,10 +31,10 @@ __global__ void __launch_bounds__(32 * k_route_warps)
   const int t = blockIdx.x * k_route_warps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (t >= n_tok) return;
   const float* row = logits + static_cast<int64_t>(t) * n_expert;
-  float v[k_route_per_lane];
+  float v[PL];
   float mx = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < k_route_per_lane; ++i) {
+  for (int i = 0; i < PL; ++i) {
     const int e = lane + 32 * i;
     const float x = e < n_expert ? row[e] : -INFINITY;
     v[i] = isnan(x) ? -INFINITY : x;
@@ -44,7 +46,7 @@ __global__ void __launch_bounds__(32 * k_route_warps)
   const float shift = mx == -INFINITY ? 0.f : mx;
   float sum = 0.f;
 #pragma unroll
-  for (int i = 0; i < k_route_per_lane; ++i)
+  for (int i = 0; i < PL; ++i)
     if (lane + 32 * i < n_expert) sum += mx == -INFINITY ? 1.f : expf(v[i] - shift);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -56,7 +58,7 @@ __global__ void __launch_bounds__(32 * k_route_warps)
     float bv = -INFINITY;
     int bi = 0x7fffffff;
 #pragma unroll
-    for (int i = 0; i < k_route_per_lane; ++i) {
+    for (int i = 0; i < PL; ++i) {
       const int e = lane + 32 * i;
       if (e < n_expert && !(taken >> i & 1u) && ranks_before(v[i], e, bv, bi)) bv = v[i], bi = e;
     }
@@ -90,8 +92,16 @@ cudaError_t launch_moe_route(const float* logits, int n_tok, int n_expert, int k
   if (n_tok == 0) return cudaSuccess;
   if (!logits || !ids || !weights) return cudaErrorInvalidValue;
   const unsigned grid = static_cast<unsigned>((n_tok + k_route_warps - 1) / k_route_warps);
-  return launch_pdl(moe_route_kernel, dim3(grid), dim3(32 * k_route_warps), stream, logits, n_tok, n_expert, k,
-                    renorm, ids, weights);
+  const auto launch = [&](auto kernel) {
+    return launch_pdl(kernel, dim3(grid), dim3(32 * k_route_warps), stream, logits, n_tok, n_expert, k, renorm, ids,
+                      weights);
+  };
+  static_assert(k_moe_max_experts == 16 * 32, "the largest kernel below holds k_moe_max_experts");
+  if (n_expert <= 32) return launch(moe_route_kernel<1>);
+  if (n_expert <= 64) return launch(moe_route_kernel<2>);
+  if (n_expert <= 128) return launch(moe_route_kernel<4>);
+  if (n_expert <= 256) return launch(moe_route_kernel<8>);
+  return launch(moe_route_kernel<16>);
 }
 
 }  // namespace tandem

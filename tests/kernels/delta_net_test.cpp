@@ -161,6 +161,30 @@ TEST(dn_rms_norm_gated_kernel, matches_cpu) {
     ASSERT_EQ(launch_rms_norm_gated(dov.p, dw.p, dz.p, dout.p, n, d, 1e-6f, nullptr), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     expect_close("rms_norm_gated d=" + std::to_string(d), dout.host(), ref, 1e-6f, 1e-5f);
+    if (d % 32 != 0) continue;
+    // With the int8 copy (the out projection's input): the same floats, and each 32-value block
+    // as quantize_x_warp makes it: d = amax / 127, |q d - v| <= d / 2, ds.y = d sum q.
+    const size_t nb = o.size() / 32;
+    dev<int8_t> dq(o.size());
+    dev<float2> dds(nb);
+    dev<float> dout2(o.size());
+    ASSERT_EQ(launch_rms_norm_gated(dov.p, dw.p, dz.p, dout2.p, n, d, 1e-6f, nullptr, dq.p, dds.p), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto y = dout2.host();
+    const auto q = dq.host();
+    const auto ds = dds.host();
+    expect_close("rms_norm_gated with int8 copy d=" + std::to_string(d), y, ref, 1e-6f, 1e-5f);
+    for (size_t b = 0; b < nb; ++b) {
+      float amax = 0.f;
+      int sum = 0;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(y[32 * b + i]));
+      ASSERT_NEAR(ds[b].x, amax / 127.f, 1e-6f * amax) << "block " << b;
+      for (int i = 0; i < 32; ++i) {
+        ASSERT_LE(std::fabs(q[32 * b + i] * ds[b].x - y[32 * b + i]), 0.5f * ds[b].x + 1e-6f) << "block " << b;
+        sum += q[32 * b + i];
+      }
+      ASSERT_NEAR(ds[b].y, ds[b].x * float(sum), 1e-5f * std::fabs(ds[b].x * float(sum)) + 1e-6f) << "block " << b;
+    }
   }
 }
 
@@ -418,6 +442,15 @@ TEST(dn_rule_kernel, matches_cpu_decode_batch) {
   REQUIRE_GPU();
   const std::vector<run_spec> rs = {{1, 5, 3}, {1, 0, 17}, {1, 7, 1}, {1, 2, 0}, {1, 4, 250}, {1, 1, 2}};
   check_rule({16, 48, 128, 128}, rs, 8, 91);
+}
+
+// Decode-sized runs (up to 8 tokens: the kernel whose warps split dk) for every dk and dv of one
+// and three 32-column slices, two v-heads per k-head, one run from position 0.
+TEST(dn_rule_kernel, matches_cpu_decode_all_dk) {
+  REQUIRE_GPU();
+  const std::vector<run_spec> rs = {{1, 2, 5}, {8, 0, 0}, {3, 1, 7}};
+  for (int dk = 32; dk <= 256; dk += 32)
+    for (int dv : {32, 96}) check_rule({2, 4, dk, dv}, rs, 3, 300 + dk + dv);
 }
 
 // A run longer than several staging chunks (32 tokens) with a partial last chunk, dk 256 (chunks of 16).

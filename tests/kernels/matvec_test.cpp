@@ -426,45 +426,58 @@ TEST(big, matvec_bandwidth) {
   }
 }
 
-// The output head's shape (151936 x 4096, Q6_K as in Q4_K_M, and Q8_0) with the int8 copy of x
-// and with float x (launch_matvec_float_x), one token and eight; as matvec_bandwidth (two
-// copies of the matrix, > 4x the L2). Prints us and GB/s; asserts only that the launches succeed.
+// The output head's shapes (151936 x 4096 and Qwen3.5's 248320 x 2048; Q6_K as in Q4_K_M, and
+// Q8_0) with the int8 copy of x, with float x (launch_matvec_float_x) and with the finer pair of
+// int8 copies, one token and more; as matvec_bandwidth (two copies of the matrix, > 4x the L2).
+// At 2048 inputs the Q6_K rows are also timed with the 128-thread groups that short rows had
+// before (matvec_tuning::wide_short_rows). Prints us and GB/s; asserts only that the launches succeed.
 TEST(big, head_bandwidth) {
   REQUIRE_GPU();
-  const int64_t n_in = 4096, n_out = 151936, tile = 64;
-  for (ggml_type t : {ggml_type::q6_k, ggml_type::q8_0}) {
-    const auto q = quantize_matrix(t, randoms(n_in * tile, 121), n_in, tile);
-    const size_t mat = q.size() * size_t(n_out / tile);
-    std::vector<uint8_t> one(mat);
-    for (int64_t i = 0; i < n_out / tile; ++i) std::copy(q.begin(), q.end(), one.begin() + i * q.size());
-    const int copies = 2;
-    dev<uint8_t> dw(mat * copies, 0);
-    for (int c = 0; c < copies; ++c)
-      ASSERT_EQ(cudaMemcpy(dw.p + c * mat, one.data(), mat, cudaMemcpyHostToDevice), cudaSuccess);
-    for (int n_tok : {1, 4, 8}) {
-      dev<float> dx(randoms(n_in * n_tok, 122)), dy(size_t(n_out * n_tok));
-      dev<uint8_t> work(matvec_work_bytes(n_in, n_tok));
-      cudaError_t err = cudaSuccess;
-      dev<uint8_t> work2(matvec_work_bytes(n_in, 2 * n_tok));
-      for (const char* mode : {"int8", "float", "fine"}) {
-        const std::string m = mode;
-        if (m == "fine" && 2 * n_tok > k_matvec_max_tokens) continue;
-        auto run = [&](int i, cudaStream_t s) {
-          const uint8_t* w = dw.p + (i % copies) * mat;
-          const cudaError_t e = m == "float" ? launch_matvec_float_x(t, w, n_in, n_out, dx.p, n_tok, dy.p, s)
-                                : m == "fine" ? launch_matvec_fine_x(t, w, n_in, n_out, dx.p, n_tok, dy.p, work2.p, s)
-                                              : launch_matvec(t, w, n_in, n_out, dx.p, n_tok, dy.p, work.p, s);
-          if (e != cudaSuccess) err = e;
-        };
-        const double us = time_us(run, true);
-        std::printf("head %-5s %lld x %lld, %d tok, %-7s x: %7.1f us, %6.0f GB/s\n", std::string(type_name(t)).c_str(),
-                    static_cast<long long>(n_out), static_cast<long long>(n_in), n_tok, mode, us,
-                    double(mat) / (us * 1e-6) / 1e9);
+  struct shape {
+    int64_t n_in, n_out;
+  };
+  for (const shape sh : {shape{4096, 151936}, shape{2048, 248320}})
+    for (ggml_type t : {ggml_type::q6_k, ggml_type::q8_0}) {
+      const int64_t n_in = sh.n_in, n_out = sh.n_out, tile = 64;
+      const auto q = quantize_matrix(t, randoms(n_in * tile, 121), n_in, tile);
+      const size_t mat = q.size() * size_t(n_out / tile);
+      std::vector<uint8_t> one(mat);
+      for (int64_t i = 0; i < n_out / tile; ++i) std::copy(q.begin(), q.end(), one.begin() + i * q.size());
+      const int copies = 2;
+      dev<uint8_t> dw(mat * copies, 0);
+      for (int c = 0; c < copies; ++c)
+        ASSERT_EQ(cudaMemcpy(dw.p + c * mat, one.data(), mat, cudaMemcpyHostToDevice), cudaSuccess);
+      for (int n_tok : {1, 4, 8}) {
+        dev<float> dx(randoms(n_in * n_tok, 122)), dy(size_t(n_out * n_tok));
+        dev<uint8_t> work(matvec_work_bytes(n_in, n_tok));
+        cudaError_t err = cudaSuccess;
+        dev<uint8_t> work2(matvec_work_bytes(n_in, 2 * n_tok));
+        for (const char* mode : {"int8", "float", "fine", "int8/wide", "fine/wide"}) {
+          const std::string m = mode;
+          const bool wide = m.find("/wide") != std::string::npos;
+          if (wide && (t != ggml_type::q6_k || n_in > 2048)) continue;
+          if (m.rfind("fine", 0) == 0 && 2 * n_tok > k_matvec_max_tokens) continue;
+          matvec_tuning tune;
+          tune.wide_short_rows = wide;
+          matvec_set_tuning(tune);
+          auto run = [&](int i, cudaStream_t s) {
+            const uint8_t* w = dw.p + (i % copies) * mat;
+            const cudaError_t e =
+                m == "float" ? launch_matvec_float_x(t, w, n_in, n_out, dx.p, n_tok, dy.p, s)
+                : m.rfind("fine", 0) == 0 ? launch_matvec_fine_x(t, w, n_in, n_out, dx.p, n_tok, dy.p, work2.p, s)
+                                          : launch_matvec(t, w, n_in, n_out, dx.p, n_tok, dy.p, work.p, s);
+            if (e != cudaSuccess) err = e;
+          };
+          const double us = time_us(run, true);
+          matvec_set_tuning({});
+          std::printf("head %-5s %lld x %lld, %d tok, %-9s x: %7.1f us, %6.0f GB/s\n",
+                      std::string(type_name(t)).c_str(), static_cast<long long>(n_out), static_cast<long long>(n_in),
+                      n_tok, mode, us, double(mat) / (us * 1e-6) / 1e9);
+        }
+        ASSERT_EQ(err, cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       }
-      ASSERT_EQ(err, cudaSuccess);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     }
-  }
 }
 
 // One launch per type on the gate/up shape, for a profiler (ncu --kernel-name regex:matvec);

@@ -54,6 +54,8 @@ status cuda_backend::init(const cuda_backend_options& opt) {
   head_int8_ = head && std::string_view(head) == "1";
   const char* head_float = std::getenv("TANDEM_CUDA_HEAD_FLOAT");
   head_float_ = head_float && std::string_view(head_float) == "1";
+  const char* side = std::getenv("TANDEM_CUDA_SIDE_STREAM");
+  side_stream_ = !(side && std::string_view(side) == "0");
   upload_options up;
   up.slot_bytes = opt.staging_bytes;
   up.threads = opt.upload_threads;
@@ -265,7 +267,10 @@ status cuda_backend::ensure_scratch(int n) {
   // The widest matrix input: E, the attention output, the FFN's, or the DeltaNet's value heads.
   const size_t widest = std::max({E, QD, F, size_t(delta_net_of(hp).value_dim())});
   TANDEM_TRY(xh_.alloc(T * widest * sizeof(uint16_t)));
-  TANDEM_TRY(matvec_work_.alloc(matvec_work_bytes(int64_t(widest), std::min(n, k_matvec_max_tokens))));
+  // Also room for the head's two int8 copies of x (output_head) for up to four tokens.
+  const int mv_tok = std::min(n, k_matvec_max_tokens);
+  TANDEM_TRY(matvec_work_.alloc(std::max(matvec_work_bytes(int64_t(widest), mv_tok),
+                                         matvec_work_bytes(int64_t(E), 2 * std::min(mv_tok, k_matvec_max_tokens / 2)))));
   TANDEM_TRY(qgemm_work_.alloc(qgemm_floats_ * size_t(std::min(n, k_qgemm_max_tokens)) * f));
   TANDEM_TRY(ensure_hybrid_scratch(n));
   TANDEM_TRY(ensure_moe_scratch(n));
@@ -283,9 +288,11 @@ status cuda_backend::output_head(const float* x, int n_tok, float* y) {
   if (head_int8_ || n_tok > k_matvec_max_tokens || !gpu_can_matvec(w.type) || w.n_in % 32 != 0)
     return matmul(w, x, n_tok, y);
   const cudaStream_t s = ctx_->stream();
-  const int fine = k_matvec_max_tokens / 2;
-  const bool use_fine = !head_float_ && matvec_work_bytes(w.n_in, 2 * fine) <= matvec_work_.size();
-  if (use_fine && n_tok <= fine)
+  // The workspace has room for the pairs of the scratch's tokens (ensure_scratch); asking room for
+  // four tokens' pairs whatever n_tok sent one-token scratches (benches of -p 1) to floats.
+  const bool use_fine = !head_float_ && n_tok <= k_matvec_max_tokens / 2 &&
+                        matvec_work_bytes(w.n_in, 2 * n_tok) <= matvec_work_.size();
+  if (use_fine)
     TANDEM_CUDA_TRY(launch_matvec_fine_x(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, matvec_work_.get(), s));
   else
     TANDEM_CUDA_TRY(launch_matvec_float_x(w.type, w.data, w.n_in, w.n_out, x, n_tok, y, s));
@@ -382,13 +389,15 @@ bool cuda_backend::matvec_ready(std::initializer_list<const device_matrix*> ws, 
   return true;
 }
 
-// y = W·x (or y += W·x) for each job from the int8 copy of x already in matvec_work_.
-status cuda_backend::matvec_quantized(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add) {
+// y = W·x (or y += W·x) for each job from the int8 copy of x already in matvec_work_ (or in
+// work, on stream s).
+status cuda_backend::matvec_quantized(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add,
+                                      void* work, cudaStream_t s) {
   matvec_job js[k_matvec_max_outputs];
   int n = 0;
   for (const auto& j : jobs) js[n++] = {j.w->type, j.w->data, j.w->n_out, j.y};
-  TANDEM_CUDA_TRY(launch_matvec_jobs(jobs.begin()->w->n_in, js, n, x, true, n_tok, add, matvec_work_.get(),
-                                     ctx_->stream()));
+  TANDEM_CUDA_TRY(launch_matvec_jobs(jobs.begin()->w->n_in, js, n, x, true, n_tok, add,
+                                     work ? work : matvec_work_.get(), work ? s : ctx_->stream()));
   return {};
 }
 

@@ -100,7 +100,8 @@ class cuda_backend final : public cuda_stage {
   };
   status matmul_fused(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add);
   bool matvec_ready(std::initializer_list<const device_matrix*> ws, int n_tok) const;
-  status matvec_quantized(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add);
+  status matvec_quantized(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add,
+                          void* work = nullptr, cudaStream_t s = nullptr);
   const int32_t* dev_ints(size_t off) const { return ints_.get<int32_t>() + off; }
 
   // Hybrid models (cuda_hybrid_block.cpp).
@@ -122,8 +123,10 @@ class cuda_backend final : public cuda_stage {
   status route(const device_layer& L, const float* xn, int n_tok);
   status moe_experts_decode(const device_layer& L, const float* xn, int n_tok, bool x_quantized);
   status moe_experts_prefill(const device_layer& L, const float* xn, int n_tok);
+  bool shared_expert_decodes(const device_layer& L, int n_tok, bool x_quantized) const;
   status moe_shared_expert(const device_layer& L, const float* xn, int n_tok, bool x_quantized, bool xn_f16,
                            moe_shared_term& sh);
+  status moe_shared_expert_decode(const device_layer& L, const float* xn, int n_tok, bool side, moe_shared_term& sh);
 
   model_desc desc_;
   std::unique_ptr<cuda_context> ctx_;
@@ -156,6 +159,8 @@ class cuda_backend final : public cuda_stage {
   // gate/up and down outputs, prefill's grouping (counts, offsets, tile offsets, perm), and the
   // experts' own workspace (the int8 copy of x, or fp16 x and the grouping's histograms).
   device_buffer moe_logits_, moe_ids_, moe_w_, moe_gate_, moe_up_, moe_y_, moe_group_, moe_work_;
+  device_buffer shexp_work_;  // decode's shared expert on the side stream: the int8 copy of its h
+  bool side_stream_ = true;   // TANDEM_CUDA_SIDE_STREAM=0: decode's shared expert on the main stream
   int scratch_tokens_ = 0;
   cuda_graph_cache graphs_;
   bool use_graphs_ = true;

@@ -88,6 +88,9 @@ result<std::unique_ptr<cuda_context>> cuda_context::create(int device) {
   TANDEM_CUDA_TRY(cudaSetDevice(device));
   TANDEM_CUDA_TRY(cudaGetDeviceProperties(&ctx->props_, device));
   TANDEM_CUDA_TRY(cudaStreamCreateWithFlags(&ctx->stream_, cudaStreamNonBlocking));
+  TANDEM_CUDA_TRY(cudaStreamCreateWithFlags(&ctx->side_, cudaStreamNonBlocking));
+  TANDEM_CUDA_TRY(cudaEventCreateWithFlags(&ctx->fork_, cudaEventDisableTiming));
+  TANDEM_CUDA_TRY(cudaEventCreateWithFlags(&ctx->join_, cudaEventDisableTiming));
   TANDEM_CUBLAS_TRY(cublasCreate(&ctx->blas_));
   TANDEM_CUBLAS_TRY(cublasSetStream(ctx->blas_, ctx->stream_));
   return ctx;
@@ -97,6 +100,21 @@ cuda_context::~cuda_context() {
   if (cudaSetDevice(device_) != cudaSuccess) return;
   if (blas_) cublasDestroy(blas_);
   if (stream_) TANDEM_CUDA_LOG(cudaStreamDestroy(stream_));
+  if (side_) TANDEM_CUDA_LOG(cudaStreamDestroy(side_));
+  if (fork_) TANDEM_CUDA_LOG(cudaEventDestroy(fork_));
+  if (join_) TANDEM_CUDA_LOG(cudaEventDestroy(join_));
+}
+
+status cuda_context::fork_side() const {
+  TANDEM_CUDA_TRY(cudaEventRecord(fork_, stream_));
+  TANDEM_CUDA_TRY(cudaStreamWaitEvent(side_, fork_, 0));
+  return {};
+}
+
+status cuda_context::join_side() const {
+  TANDEM_CUDA_TRY(cudaEventRecord(join_, side_));
+  TANDEM_CUDA_TRY(cudaStreamWaitEvent(stream_, join_, 0));
+  return {};
 }
 
 status cuda_context::activate() const {

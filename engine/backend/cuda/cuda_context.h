@@ -81,6 +81,11 @@ class cuda_context {
   status activate() const;
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
+  // A second stream for work that can run beside the main stream's (the shared expert beside the
+  // routed ones), forked from and joined back to it by events (both work in graph capture too).
+  cudaStream_t side_stream() const { return side_; }
+  status fork_side() const;  // side waits for the work on stream() so far
+  status join_side() const;  // stream() waits for the work on side so far
   cublasHandle_t blas() const { return blas_; }
   const cudaDeviceProp& props() const { return props_; }
   std::string description() const;  // "NVIDIA H200 (sm_90, 139.8 GiB)"
@@ -89,6 +94,8 @@ class cuda_context {
   cuda_context() = default;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   cudaDeviceProp props_{};
 };

@@ -105,9 +105,16 @@ status cuda_backend::delta_net_block(uint32_t il, cuda_kv_cache& cache) {
     TANDEM_CUDA_TRY(launch_dn_rule(r, runs, s));
   TANDEM_TRY(mark("DeltaNet gates, l2 norm, rule"));
   float* y = dn_y_.get<float>();
-  TANDEM_CUDA_TRY(launch_rms_norm_gated(r.out, L.dn_norm, z, y, int64_t(T) * Hv, int(dn.v_dim), hp_.rms_eps, s));
+  // Decode: the gated norm also writes y's int8 copy, which the out projection reads (one launch fewer).
+  const bool yq = matvec_ready({&L.dn_out}, T) && dn.v_dim % 32 == 0 && L.dn_out.n_in == int64_t(Hv) * dn.v_dim;
+  const matvec_qx yx = matvec_x_parts(matvec_work_.get(), L.dn_out.n_in, T);
+  TANDEM_CUDA_TRY(launch_rms_norm_gated(r.out, L.dn_norm, z, y, int64_t(T) * Hv, int(dn.v_dim), hp_.rms_eps, s,
+                                        yq ? yx.q : nullptr, yq ? yx.ds : nullptr));
   TANDEM_TRY(mark("DeltaNet gated norm"));
-  TANDEM_TRY(matmul_fused({{&L.dn_out, x}}, y, T, adds_residual()));  // x += ssm_out·y
+  if (yq)
+    TANDEM_TRY(matvec_quantized({{&L.dn_out, x}}, y, T, adds_residual()));  // x += ssm_out·y
+  else
+    TANDEM_TRY(matmul_fused({{&L.dn_out, x}}, y, T, adds_residual()));
   return mark("DeltaNet out");
 }
 

@@ -46,6 +46,7 @@ status cuda_backend::ensure_moe_scratch(int n) {
   const size_t work = std::max({moe_matvec_work_bytes(int64_t(E), dec), moe_matvec_work_bytes(int64_t(F), dec * int(k)),
                                 moe_gemm_work_bytes(int64_t(E), int64_t(T)), moe_gemm_work_bytes(int64_t(F), int64_t(T * k)),
                                 moe_group_work_bytes(n, int(k), int(hp_.n_expert))});
+  if (hp_.n_ff_shexp > 0) TANDEM_TRY(shexp_work_.alloc(matvec_work_bytes(int64_t(hp_.n_ff_shexp), dec)));
   return moe_work_.alloc(std::max<size_t>(work, 16));
 }
 
@@ -65,11 +66,22 @@ status cuda_backend::moe_block(uint32_t il) {
     TANDEM_CUDA_TRY(launch_rms_norm(x, L.ffn_norm, xn, T, E, hp_.rms_eps, s));
   }
   TANDEM_TRY(mark("FFN norm"));
+  // Decode's shared expert reads only xn and its int8 copy and writes buffers of its own, so it
+  // runs on the side stream beside the router and the routed experts (one chain of small
+  // launches hidden behind the other); not when profiling, whose groups are timed on the main
+  // stream. Its output and gate join the routed experts' sum in the combine's one pass.
+  const bool shared = hp_.n_ff_shexp > 0;
+  const bool side = shared && side_stream_ && !profile_ && L.shexp_gate.type == ggml_type::f32 &&
+                    shared_expert_decodes(L, T, xq);
+  moe_shared_term sh;
+  if (side) {
+    TANDEM_TRY(ctx_->fork_side());
+    TANDEM_TRY(moe_shared_expert_decode(L, xn, T, true, sh));
+  }
   TANDEM_TRY(route(L, xn, T));
   TANDEM_TRY(dec ? moe_experts_decode(L, xn, T, xq) : moe_experts_prefill(L, xn, T));
-  // The shared expert's output and gate join the routed experts' sum in the combine's one pass.
-  moe_shared_term sh;
-  if (hp_.n_ff_shexp > 0) TANDEM_TRY(moe_shared_expert(L, xn, T, xq, !dec, sh));
+  if (shared && !side) TANDEM_TRY(moe_shared_expert(L, xn, T, xq, !dec, sh));
+  if (side) TANDEM_TRY(ctx_->join_side());
   TANDEM_CUDA_TRY(launch_moe_combine(moe_y_.get<float>(), moe_w_.get<float>(), T, k, E, x, true, s,
                                      hp_.n_ff_shexp > 0 ? &sh : nullptr));
   return mark("experts combine");
@@ -161,16 +173,47 @@ status cuda_backend::moe_experts_prefill(const device_layer& L, const float* xn,
   return mark("experts down");
 }
 
+// Whether decode's form of the shared expert (below) takes this step: the norm left xn's int8
+// copy, and all three matrices take the mat-vec from int8 x.
+bool cuda_backend::shared_expert_decodes(const device_layer& L, int T, bool x_quantized) const {
+  return x_quantized && hp_.n_ff_shexp % 32 == 0 && matvec_ready({&L.gate_shexp, &L.up_shexp}, T) &&
+         matvec_ready({&L.down_shexp}, T);
+}
+
+// Decode's shared expert: gate and up from xn's int8 copy (the norm's, in matvec_work_), the
+// SwiGLU writing down's int8 input, three launches in all, and a float32 gate row dotted with xn
+// in the combine itself (no launch). side: on the side stream, with down's input in shexp_work_
+// (the main stream's routed experts still read matvec_work_); a float32 gate row only.
+status cuda_backend::moe_shared_expert_decode(const device_layer& L, const float* xn, int T, bool side,
+                                              moe_shared_term& sh) {
+  const cudaStream_t s = side ? ctx_->side_stream() : ctx_->stream();
+  void* h_work = side ? shexp_work_.get() : matvec_work_.get();
+  const int F = int(hp_.n_ff_shexp);
+  float *g = gate_.get<float>(), *u = up_.get<float>(), *y = tmp_.get<float>(), *gl = moe_logits_.get<float>();
+  sh = moe_shared_term{};
+  sh.y = y;
+  if (L.shexp_gate.type == ggml_type::f32) {
+    sh.gate_row = reinterpret_cast<const float*>(L.shexp_gate.data), sh.x = xn;
+  } else {
+    if (side) return make_error("CUDA backend: the side stream takes float32 shared-expert gates only");
+    sh.gate_logits = gl;  // the router's logits are routed by now
+    TANDEM_TRY(matmul(L.shexp_gate, xn, T, gl));
+  }
+  TANDEM_TRY(matvec_quantized({{&L.gate_shexp, g}, {&L.up_shexp, u}}, xn, T, false, matvec_work_.get(), s));
+  TANDEM_CUDA_TRY(launch_moe_swiglu_q8(g, u, g, T, F, h_work, s));
+  TANDEM_TRY(matvec_quantized({{&L.down_shexp, y}}, g, T, false, h_work, s));
+  return mark("shared expert");
+}
+
 // The shared expert's term of the combine: down(silu(gate xn) · up xn) into tmp_ through the dense
-// FFN's buffers, and its gate. Decode (x_quantized: the norm left xn's int8 copy in matvec_work_):
-// gate and up read that copy and the SwiGLU writes down's, three launches in all, and a float32
-// gate row is dotted with xn in the combine itself (float32, as the mat-vec did, and no launch).
-// Prefill (xn_f16: xh_ holds xn's fp16 copy from this layer's routed experts): gate, up and the
-// gate row are GEMMs from that copy, so the gate has the fp16 operands every prefill product has
-// (with the combine's float32 dot instead, the one numeric change on that path, qwen35moe_tiny's
-// 88-token one-pass argmax test against transformers failed on an H200).
+// FFN's buffers, and its gate; decode's form above where it applies. Prefill (xn_f16: xh_ holds
+// xn's fp16 copy from this layer's routed experts): gate, up and the gate row are GEMMs from that
+// copy, so the gate has the fp16 operands every prefill product has (with the combine's float32
+// dot instead, the one numeric change on that path, qwen35moe_tiny's 88-token one-pass argmax
+// test against transformers failed on an H200).
 status cuda_backend::moe_shared_expert(const device_layer& L, const float* xn, int T, bool x_quantized, bool xn_f16,
                                        moe_shared_term& sh) {
+  if (shared_expert_decodes(L, T, x_quantized)) return moe_shared_expert_decode(L, xn, T, false, sh);
   const cudaStream_t s = ctx_->stream();
   const int F = int(hp_.n_ff_shexp);
   float *g = gate_.get<float>(), *u = up_.get<float>(), *y = tmp_.get<float>(), *gl = moe_logits_.get<float>();
@@ -181,13 +224,6 @@ status cuda_backend::moe_shared_expert(const device_layer& L, const float* xn, i
     sh.gate_row = reinterpret_cast<const float*>(L.shexp_gate.data), sh.x = xn;
   } else {
     sh.gate_logits = gl;
-  }
-  if (x_quantized && F % 32 == 0 && matvec_ready({&L.gate_shexp, &L.up_shexp}, T) && matvec_ready({&L.down_shexp}, T)) {
-    TANDEM_TRY(matvec_quantized({{&L.gate_shexp, g}, {&L.up_shexp, u}}, xn, T, false));
-    if (!row_gate) TANDEM_TRY(matmul(L.shexp_gate, xn, T, gl));
-    TANDEM_CUDA_TRY(launch_moe_swiglu_q8(g, u, g, T, F, matvec_work_.get(), s));
-    TANDEM_TRY(matvec_quantized({{&L.down_shexp, y}}, g, T, false));
-    return mark("shared expert");
   }
   if (xn_f16) {
     xh_reuse_ = xh_src_ == xn;  // the GEMMs read that copy, not a new one
