@@ -4,7 +4,9 @@
 # bench"): build; test: every CTest test labelled gpu but the big.* timings; kernels: the MoE
 # kernels' timing tests (kernels_moe_test big.*); bench: random Q4_K_M models of PRESETS (default
 # the Qwen3-30B-A3B and Qwen3.5-35B-A3B shapes), the first with ceilings, the rest against them;
-# profile: where a prefill token of the last preset goes (launch groups, no graphs).
+# profile: where a prefill token of the last preset goes (launch groups, no graphs); decode:
+# where a decode token of each preset goes, kernel by kernel (ncu on a 4-layer copy, graphs off;
+# scripts/ncu_last_token.py).
 # Usage (repo root, .devdeps/ alongside): bash scripts/gpu_moe_run.sh
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,6 +52,16 @@ if has bench; then
       "$tm" bench -m "$m" $args --no-ceilings 2>&1 | grep -E "^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'
     fi
     first=0
+  done
+fi
+if has decode; then
+  for p in $presets; do
+    m=/tmp/moe-l4-$p.gguf
+    [[ -f $m ]] || "$tm" make --preset "$p" --type Q4_K_M --n-layer 4 --row-pool 64 -o "$m" -q
+    TANDEM_CUDA_GRAPHS=0 timeout 200 ncu --metrics gpu__time_duration.sum --clock-control none --csv \
+      --print-units base "$tm" bench -m "$m" -p 1 -n 4 -r 1 --no-ceilings >"$out/ncu-$p.csv" 2>"$out/ncu-$p.err"
+    echo "decode kernels of $p (4 layers):"
+    python3 scripts/ncu_last_token.py "$out/ncu-$p.csv" --width 90
   done
 fi
 if has profile; then
