@@ -92,9 +92,12 @@ def family(demangled):
 def entry_families(nvcc, report):
     """The families of every kernel a ptxas report compiled (demangled by cu++filt beside nvcc)."""
     mangled = re.findall(r"Compiling entry function '([^']+)'", report)
-    filt = os.path.join(os.path.dirname(shutil.which(nvcc) or nvcc), "cu++filt")
-    out = subprocess.run([filt if os.path.exists(filt) else "cu++filt"], input="\n".join(mangled),
-                         capture_output=True, text=True)
+    beside = os.path.join(os.path.dirname(shutil.which(nvcc) or nvcc), "cu++filt")
+    filt = beside if os.path.exists(beside) else shutil.which("cu++filt")
+    if not filt:
+        print("check_occupancy: no cu++filt beside nvcc or on PATH: kernel families not checked")
+        return set()
+    out = subprocess.run([filt], input="\n".join(mangled), capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit("check_occupancy: cu++filt failed:\n%s" % out.stderr[-2000:])
     return {family(line) for line in out.stdout.splitlines() if line.strip()}
