@@ -480,13 +480,14 @@ status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
                                     dev_ints(plan_.off_slots), T, KD, s));
   }
   TANDEM_TRY(mark("q k norm, rope, kv store"));
-  // Decode steps whose tokens all take the paged kernel get att's int8 copy from it (not when
-  // the output gate changes att afterwards).
-  const bool att_q8 = plan_.runs.empty() && matvec_ready({&L.wo}, T) && !hybrid();
+  // Decode steps whose tokens all take the paged kernel get att's int8 copy from it, or, where
+  // the output gate changes att afterwards, from the gate's launch.
+  const bool gated = hybrid(), wo_q8 = matvec_ready({&L.wo}, T) && L.wo.n_in == QD;
+  const bool att_q8 = plan_.runs.empty() && wo_q8 && !gated, gate_q8 = gated && wo_q8 && D % 32 == 0;
   TANDEM_TRY(attention(il, cache, att_q8));
   TANDEM_TRY(mark("attention"));
-  if (hybrid()) TANDEM_TRY(gate_attention(T));
-  if (att_q8) {
+  if (gated) TANDEM_TRY(gate_attention(T, gate_q8));
+  if (att_q8 || gate_q8) {
     TANDEM_TRY(matvec_quantized({{&L.wo, x}}, att_.get<float>(), T, adds_residual()));  // x += wo·att
   } else {
     TANDEM_TRY(matmul_fused({{&L.wo, x}}, att_.get<float>(), T, adds_residual()));

@@ -110,7 +110,7 @@ class cuda_backend final : public cuda_stage {
   status ensure_hybrid_scratch(int n_tok);
   // Gated attention: splits wq's [q, gate] rows into q_ and attn_gate_; gates att_ before wo.
   status split_q_gate(int n_tok);
-  status gate_attention(int n_tok);
+  status gate_attention(int n_tok, bool quantize);  // quantize: also att's int8 copy for wo's mat-vec
   // Marks the batch's sequences' states unknown before a step that updates them, and records
   // their new lengths once the step has completed (forward's copy_out synchronised).
   void begin_states(const batch& b, cuda_kv_cache& cache);

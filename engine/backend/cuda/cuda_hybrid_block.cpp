@@ -63,11 +63,22 @@ status cuda_backend::delta_net_block(uint32_t il, cuda_kv_cache& cache) {
   const bool ba = L.dn_ba.n_out == 2 * Hv;
   float* a = ba ? b + Hv : a_sep;
   const int64_t gate_stride = ba ? 2 * Hv : Hv;
-  if (matvec_ready({&L.dn_qkv, &L.dn_gate, &L.dn_beta, &L.dn_alpha}, T)) {
+  // Decode: z is read only by the gated norm after the rule, so its projection runs on the side
+  // stream beside qkv's, the conv and the rule (not when profiling: groups are timed on one stream).
+  const bool dec = matvec_ready({&L.dn_qkv, &L.dn_gate, &L.dn_beta, &L.dn_alpha}, T);
+  const bool z_side = dec && side_stream_ && !profile_;
+  if (dec) {
     // The launches read the one int8 copy of xn the norm writes.
     TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp_.rms_eps, matvec_work_.get(), s));
     TANDEM_TRY(mark("DeltaNet norm"));
-    if (ba) {
+    if (z_side) {
+      TANDEM_TRY(ctx_->fork_side());
+      TANDEM_TRY(matvec_quantized({{&L.dn_gate, z}}, xn, T, false, matvec_work_.get(), ctx_->side_stream()));
+      if (ba)
+        TANDEM_TRY(matvec_quantized({{&L.dn_qkv, qkv}, {&L.dn_ba, b}}, xn, T, false));
+      else
+        TANDEM_TRY(matvec_quantized({{&L.dn_qkv, qkv}, {&L.dn_beta, b}, {&L.dn_alpha, a}}, xn, T, false));
+    } else if (ba) {
       TANDEM_TRY(matvec_quantized({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_ba, b}}, xn, T, false));
     } else {
       TANDEM_TRY(matvec_quantized({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_beta, b}}, xn, T, false));
@@ -104,6 +115,7 @@ status cuda_backend::delta_net_block(uint32_t il, cuda_kv_cache& cache) {
   else
     TANDEM_CUDA_TRY(launch_dn_rule(r, runs, s));
   TANDEM_TRY(mark("DeltaNet gates, l2 norm, rule"));
+  if (z_side) TANDEM_TRY(ctx_->join_side());
   float* y = dn_y_.get<float>();
   // Decode: the gated norm also writes y's int8 copy, which the out projection reads (one launch fewer).
   const bool yq = matvec_ready({&L.dn_out}, T) && dn.v_dim % 32 == 0 && L.dn_out.n_in == int64_t(Hv) * dn.v_dim;
@@ -124,9 +136,11 @@ status cuda_backend::split_q_gate(int n_tok) {
   return {};
 }
 
-status cuda_backend::gate_attention(int n_tok) {
+status cuda_backend::gate_attention(int n_tok, bool quantize) {
   const int64_t n = int64_t(n_tok) * hp_.n_head * hp_.head_dim;
-  TANDEM_CUDA_TRY(launch_sigmoid_mul(att_.get<float>(), attn_gate_.get<float>(), n, ctx_->stream()));
+  const matvec_qx q = matvec_x_parts(matvec_work_.get(), n / std::max(n_tok, 1), n_tok);
+  TANDEM_CUDA_TRY(launch_sigmoid_mul(att_.get<float>(), attn_gate_.get<float>(), n, ctx_->stream(),
+                                     quantize ? q.q : nullptr, quantize ? q.ds : nullptr));
   return mark("attention gate");
 }
 
