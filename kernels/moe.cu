@@ -95,20 +95,28 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const float* __restric
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (Shared != 2 && i >= n_embd) return;  // (the gate's dot product needs every thread)
   for (int t = blockIdx.y; t < n_tok; t += gridDim.y) {
+    // The slots' loads (and x's and the shared row's) go out before the gate's dot product, so
+    // their latency and the dot's overlap (a decode token's combine is two blocks' latency).
+    const bool mine = i < n_embd;
+    const float* wt = w + static_cast<int64_t>(t) * k;
+    const float* yt = y + static_cast<int64_t>(t) * k * n_embd + i;
+    float* o = out + static_cast<int64_t>(t) * n_embd + i;
+    vec yv[KM], ov{}, sv{};
+    float wv[KM];
+    if (mine) {
+#pragma unroll
+      for (int j = 0; j < KM; ++j)
+        if (j < k) yv[j] = *reinterpret_cast<const vec*>(yt + j * n_embd), wv[j] = wt[j];
+      if (add) ov = *reinterpret_cast<const vec*>(o);
+      if constexpr (Shared != 0) sv = *reinterpret_cast<const vec*>(sh.y + static_cast<int64_t>(t) * n_embd + i);
+    }
     float gate = 0.f;
     if constexpr (Shared != 0) {
       const float logit = Shared == 1 ? sh.gate_logits[t]
                                       : shared_gate_dot<V>(sh.gate_row, sh.x + static_cast<int64_t>(t) * n_embd, n_embd, red);
       gate = 1.f / (1.f + expf(-logit));
     }
-    if (i >= n_embd) continue;
-    const float* wt = w + static_cast<int64_t>(t) * k;
-    const float* yt = y + static_cast<int64_t>(t) * k * n_embd + i;
-    vec yv[KM];
-    float wv[KM];
-#pragma unroll
-    for (int j = 0; j < KM; ++j)
-      if (j < k) yv[j] = *reinterpret_cast<const vec*>(yt + j * n_embd), wv[j] = wt[j];
+    if (!mine) continue;
     float s[V] = {};
 #pragma unroll
     for (int j = 0; j < KM; ++j) {
@@ -117,12 +125,12 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const float* __restric
 #pragma unroll
       for (int e = 0; e < V; ++e) s[e] = fmaf(wv[j], yj[e], s[e]);
     }
-    float* o = out + static_cast<int64_t>(t) * n_embd + i;
+    const float* of = reinterpret_cast<const float*>(&ov);
+    const float* ys = reinterpret_cast<const float*>(&sv);
     float r[V];
 #pragma unroll
-    for (int e = 0; e < V; ++e) r[e] = add ? o[e] + s[e] : s[e];
+    for (int e = 0; e < V; ++e) r[e] = add ? of[e] + s[e] : s[e];
     if constexpr (Shared != 0) {
-      const float* ys = sh.y + static_cast<int64_t>(t) * n_embd + i;
 #pragma unroll
       for (int e = 0; e < V; ++e) r[e] += __fmul_rn(gate, ys[e]);  // not contracted into an fma
     }
