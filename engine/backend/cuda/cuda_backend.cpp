@@ -390,15 +390,49 @@ bool cuda_backend::matvec_ready(std::initializer_list<const device_matrix*> ws, 
 }
 
 // y = W·x (or y += W·x) for each job from the int8 copy of x already in matvec_work_ (or in
-// work, on stream s).
+// work, on stream s), k_matvec_max_outputs jobs a launch_matvec_jobs.
+status cuda_backend::matvec_job_list(const matmul_job* jobs, int n_jobs, const float* x, int n_tok, bool add,
+                                     void* work, cudaStream_t s) {
+  for (int i = 0; i < n_jobs; i += k_matvec_max_outputs) {
+    matvec_job js[k_matvec_max_outputs];
+    int n = 0;
+    for (int j = i; j < std::min(n_jobs, i + k_matvec_max_outputs); ++j)
+      js[n++] = {jobs[j].w->type, jobs[j].w->data, jobs[j].w->n_out, jobs[j].y};
+    TANDEM_CUDA_TRY(launch_matvec_jobs(jobs[0].w->n_in, js, n, x, true, n_tok, add, work ? work : matvec_work_.get(),
+                                       work ? s : ctx_->stream()));
+  }
+  return {};
+}
+
 status cuda_backend::matvec_quantized(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add,
                                       void* work, cudaStream_t s) {
-  matvec_job js[k_matvec_max_outputs];
-  int n = 0;
-  for (const auto& j : jobs) js[n++] = {j.w->type, j.w->data, j.w->n_out, j.y};
-  TANDEM_CUDA_TRY(launch_matvec_jobs(jobs.begin()->w->n_in, js, n, x, true, n_tok, add,
-                                     work ? work : matvec_work_.get(), work ? s : ctx_->stream()));
-  return {};
+  return matvec_job_list(jobs.begin(), int(jobs.size()), x, n_tok, add, work, s);
+}
+
+// Decode projections of one x (its int8 copy in matvec_work_) whose matrices differ in type take
+// a launch a type, one after another on one stream. Here the first job's type goes on the main
+// stream and the others beside it on the side stream. forked: the side stream took some; the
+// caller joins it (ctx_->join_side()) before reading their outputs. One stream when profiling
+// (its groups are timed there) or with TANDEM_CUDA_SIDE_STREAM=0.
+status cuda_backend::matvec_quantized_beside(std::initializer_list<matmul_job> jobs, const float* x, int n_tok,
+                                             bool& forked) {
+  constexpr int k_max = 8;
+  matmul_job on_main[k_max], on_side[k_max];
+  int nm = 0, ns = 0;
+  const bool side = side_stream_ && !profile_;
+  for (const matmul_job& j : jobs) {
+    if (nm + ns == k_max) return make_error("CUDA backend: more than ", k_max, " projections of one x");
+    if (!side || j.w->type == jobs.begin()->w->type)
+      on_main[nm++] = j;
+    else
+      on_side[ns++] = j;
+  }
+  forked = ns > 0;
+  if (forked) {
+    TANDEM_TRY(ctx_->fork_side());
+    TANDEM_TRY(matvec_job_list(on_side, ns, x, n_tok, false, matvec_work_.get(), ctx_->side_stream()));
+  }
+  return matvec_job_list(on_main, nm, x, n_tok, false, nullptr, nullptr);
 }
 
 // One layer. In a tensor split each device computes its heads' and FFN columns' share of the
@@ -439,10 +473,11 @@ status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
         *v = v_.get<float>();
   float* wq_out = hybrid() ? qg_.get<float>() : q;  // gated attention: [q, gate] rows, split below
   void* work = matvec_work_.get();
+  bool forked = false;  // decode: wk / wv of another type than wq's on the side stream
   if (matvec_ready({&L.wq, &L.wk, &L.wv}, T)) {
     TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp.rms_eps, work, s));
     TANDEM_TRY(mark("attention norm"));
-    TANDEM_TRY(matvec_quantized({{&L.wq, wq_out}, {&L.wk, k}, {&L.wv, v}}, xn, T, false));
+    TANDEM_TRY(matvec_quantized_beside({{&L.wq, wq_out}, {&L.wk, k}, {&L.wv, v}}, xn, T, forked));
   } else {
     TANDEM_CUDA_TRY(launch_rms_norm(x, L.attn_norm, xn, T, E, hp.rms_eps, s));
     TANDEM_TRY(mark("attention norm"));
@@ -450,6 +485,7 @@ status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
   }
   TANDEM_TRY(mark("wq wk wv"));
   if (hybrid()) TANDEM_TRY(split_q_gate(T));
+  if (forked) TANDEM_TRY(ctx_->join_side());
   if (L.bq) {
     TANDEM_CUDA_TRY(launch_add_bias(q, L.bq, T, QD, s));
     TANDEM_CUDA_TRY(launch_add_bias(k, L.bk, T, KD, s));

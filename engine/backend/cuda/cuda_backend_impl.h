@@ -102,6 +102,9 @@ class cuda_backend final : public cuda_stage {
   bool matvec_ready(std::initializer_list<const device_matrix*> ws, int n_tok) const;
   status matvec_quantized(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add,
                           void* work = nullptr, cudaStream_t s = nullptr);
+  status matvec_job_list(const matmul_job* jobs, int n_jobs, const float* x, int n_tok, bool add, void* work,
+                         cudaStream_t s);
+  status matvec_quantized_beside(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool& forked);
   const int32_t* dev_ints(size_t off) const { return ints_.get<int32_t>() + off; }
 
   // Hybrid models (cuda_hybrid_block.cpp).
@@ -160,7 +163,7 @@ class cuda_backend final : public cuda_stage {
   // experts' own workspace (the int8 copy of x, or fp16 x and the grouping's histograms).
   device_buffer moe_logits_, moe_ids_, moe_w_, moe_gate_, moe_up_, moe_y_, moe_group_, moe_work_;
   device_buffer shexp_work_;  // decode's shared expert on the side stream: the int8 copy of its h
-  bool side_stream_ = true;   // TANDEM_CUDA_SIDE_STREAM=0: decode's shared expert on the main stream
+  bool side_stream_ = true;   // TANDEM_CUDA_SIDE_STREAM=0: decode on the main stream alone
   int scratch_tokens_ = 0;
   cuda_graph_cache graphs_;
   bool use_graphs_ = true;

@@ -63,26 +63,18 @@ status cuda_backend::delta_net_block(uint32_t il, cuda_kv_cache& cache) {
   const bool ba = L.dn_ba.n_out == 2 * Hv;
   float* a = ba ? b + Hv : a_sep;
   const int64_t gate_stride = ba ? 2 * Hv : Hv;
-  // Decode: z is read only by the gated norm after the rule, so its projection runs on the side
-  // stream beside qkv's, the conv and the rule (not when profiling: groups are timed on one stream).
-  const bool dec = matvec_ready({&L.dn_qkv, &L.dn_gate, &L.dn_beta, &L.dn_alpha}, T);
-  const bool z_side = dec && side_stream_ && !profile_;
-  if (dec) {
+  // Decode: the projections of types other than qkv's (z's and the gate inputs', say) run on the
+  // side stream beside qkv's and the conv; the rule joins them.
+  bool forked = false;
+  if (matvec_ready({&L.dn_qkv, &L.dn_gate, &L.dn_beta, &L.dn_alpha}, T)) {
     // The launches read the one int8 copy of xn the norm writes.
     TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp_.rms_eps, matvec_work_.get(), s));
     TANDEM_TRY(mark("DeltaNet norm"));
-    if (z_side) {
-      TANDEM_TRY(ctx_->fork_side());
-      TANDEM_TRY(matvec_quantized({{&L.dn_gate, z}}, xn, T, false, matvec_work_.get(), ctx_->side_stream()));
-      if (ba)
-        TANDEM_TRY(matvec_quantized({{&L.dn_qkv, qkv}, {&L.dn_ba, b}}, xn, T, false));
-      else
-        TANDEM_TRY(matvec_quantized({{&L.dn_qkv, qkv}, {&L.dn_beta, b}, {&L.dn_alpha, a}}, xn, T, false));
-    } else if (ba) {
-      TANDEM_TRY(matvec_quantized({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_ba, b}}, xn, T, false));
+    if (ba) {
+      TANDEM_TRY(matvec_quantized_beside({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_ba, b}}, xn, T, forked));
     } else {
-      TANDEM_TRY(matvec_quantized({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_beta, b}}, xn, T, false));
-      TANDEM_TRY(matvec_quantized({{&L.dn_alpha, a}}, xn, T, false));
+      TANDEM_TRY(matvec_quantized_beside({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_beta, b}, {&L.dn_alpha, a}}, xn, T,
+                                         forked));
     }
   } else {
     TANDEM_CUDA_TRY(launch_rms_norm(x, L.attn_norm, xn, T, E, hp_.rms_eps, s));
@@ -110,12 +102,12 @@ status cuda_backend::delta_net_block(uint32_t il, cuda_kv_cache& cache) {
   r.Hk = int(dn.n_k_heads), r.Hv = Hv, r.dk = int(dn.k_dim), r.dv = int(dn.v_dim);
   r.S = cache.ssm_state(il);
   r.out = dn_o_.get<float>();
+  if (forked) TANDEM_TRY(ctx_->join_side());
   if (dn_chunked_enabled() && plan_.dn_max_tokens >= k_dn_chunked_min_tokens)
     TANDEM_CUDA_TRY(launch_dn_rule_chunked(r, runs, T, dn_work_.get(), dn_work_.size(), s));
   else
     TANDEM_CUDA_TRY(launch_dn_rule(r, runs, s));
   TANDEM_TRY(mark("DeltaNet gates, l2 norm, rule"));
-  if (z_side) TANDEM_TRY(ctx_->join_side());
   float* y = dn_y_.get<float>();
   // Decode: the gated norm also writes y's int8 copy, which the out projection reads (one launch fewer).
   const bool yq = matvec_ready({&L.dn_out}, T) && dn.v_dim % 32 == 0 && L.dn_out.n_in == int64_t(Hv) * dn.v_dim;
