@@ -277,6 +277,11 @@ cudaError_t launch_rows(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool
   // in flight: one warp a group walks them instead.
   if constexpr (TB == 128 && std::is_same_v<Q, mq_q6_k>)
     if (n_blocks * Q::ppb <= 64 && !g_tuning.wide_short_rows) return launch_rows<Q, NT, R, 32, Pairs>(jb, n_blocks, xs, n_tok, add, s);
+  // One token's F32 rows of 512+ pieces (an MoE router: 128-256 rows of 2048 floats, 4.6-4.9 us
+  // whether 1 or 2 MB, so latency-bound) on 128 threads wait on a load four times or more: 512
+  // threads issue a row's loads at once.
+  if constexpr (TB == 128 && NT == 1 && std::is_same_v<Q, mq_f32>)
+    if (n_blocks * Q::ppb >= 512 && !g_tuning.narrow_f32_rows) return launch_rows<Q, NT, R, 512, Pairs>(jb, n_blocks, xs, n_tok, add, s);
   constexpr int W = TB == 32 && NT == 1 && !Pairs ? shape_of<Q>().one_token_warps : 1;
   return launch_rows_w<Q, NT, R, TB, Pairs, W>(jb, n_blocks, xs, n_tok, add, s);
 }
