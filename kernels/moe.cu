@@ -13,6 +13,7 @@
 #include "kernels/matvec.h"
 #include "kernels/matvec_types.cuh"
 #include "kernels/matvec_x.cuh"
+#include "kernels/norm_rows.cuh"
 #include "kernels/pdl.cuh"
 
 namespace tandem {
@@ -137,6 +138,73 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const float* __restric
 #pragma unroll
     for (int e = 0; e < V; ++e) o[e] = r[e];
   }
+}
+
+// The combine of one token a block (grid: n_tok), float4 chunk c = kk * 256 + thread of its row
+// as rms_norm_wide_kernel holds them, each summed as moe_combine_kernel sums it (the same bits);
+// then the next layer's norm of the row from those registers (norm::wide_tail).
+template <int Shared, int KM>
+__global__ void __launch_bounds__(norm::k_threads)
+    moe_combine_norm_kernel(const float* __restrict__ y, const float* __restrict__ w, int k, int64_t n_embd,
+                            float* out, bool add, moe_shared_term sh, const float* __restrict__ norm_w, float eps,
+                            float* xn, int8_t* qx, float2* ds) {
+  __shared__ float red[32];
+  const int t = blockIdx.x, n4 = static_cast<int>(n_embd / 4);
+  const auto* w4 = reinterpret_cast<const float4*>(norm_w);
+  float4 wn[norm::k_chunks], v[norm::k_chunks];
+  // The norm's weights are constant: fetched while the previous kernel finishes.
+#pragma unroll
+  for (int kk = 0; kk < norm::k_chunks; ++kk) {
+    const int c = kk * norm::k_threads + threadIdx.x;
+    wn[kk] = c < n4 ? w4[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  pdl_wait();
+  pdl_trigger();
+  float gate = 0.f;
+  if constexpr (Shared != 0) {
+    const float logit = Shared == 1 ? sh.gate_logits[t]
+                                    : shared_gate_dot<4>(sh.gate_row, sh.x + static_cast<int64_t>(t) * n_embd, n_embd, red);
+    gate = 1.f / (1.f + expf(-logit));
+  }
+  const float* wt = w + static_cast<int64_t>(t) * k;
+  float wv[KM];
+#pragma unroll
+  for (int j = 0; j < KM; ++j) wv[j] = j < k ? wt[j] : 0.f;
+  auto* o4 = reinterpret_cast<float4*>(out + static_cast<int64_t>(t) * n_embd);
+#pragma unroll
+  for (int kk = 0; kk < norm::k_chunks; ++kk) {
+    const int c = kk * norm::k_threads + threadIdx.x;
+    v[kk] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (c >= n4) continue;
+    const float4* yt = reinterpret_cast<const float4*>(y + static_cast<int64_t>(t) * k * n_embd) + c;
+    float4 yv[KM];
+#pragma unroll
+    for (int j = 0; j < KM; ++j)
+      if (j < k) yv[j] = yt[static_cast<int64_t>(j) * n4];
+    float s[4] = {};
+#pragma unroll
+    for (int j = 0; j < KM; ++j) {
+      if (j >= k) break;
+      const float* yj = reinterpret_cast<const float*>(&yv[j]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[e] = fmaf(wv[j], yj[e], s[e]);
+    }
+    float r[4];
+    const float4 ov = add ? o4[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float* of = reinterpret_cast<const float*>(&ov);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) r[e] = add ? of[e] + s[e] : s[e];
+    if constexpr (Shared != 0) {
+      const float4 sv = reinterpret_cast<const float4*>(sh.y + static_cast<int64_t>(t) * n_embd)[c];
+      const float* ys = reinterpret_cast<const float*>(&sv);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) r[e] += __fmul_rn(gate, ys[e]);  // not contracted into an fma
+    }
+    v[kk] = make_float4(r[0], r[1], r[2], r[3]);
+    o4[c] = v[kk];
+  }
+  const int64_t row = static_cast<int64_t>(t) * n_embd;
+  norm::wide_tail<true>(v, wn, static_cast<int>(n_embd), eps, xn + row, qx + row, ds + row / 32, red);
 }
 
 // The combine's launch: float4 rows where n_embd and the pointers allow.
@@ -505,6 +573,38 @@ cudaError_t launch_moe_combine(const float* y, const float* weights, int n_tok, 
   if (!shared) return launch_combine<0>(y, weights, n_tok, k, n_embd, out, add, moe_shared_term{}, stream);
   if (shared->gate_logits) return launch_combine<1>(y, weights, n_tok, k, n_embd, out, add, *shared, stream);
   return launch_combine<2>(y, weights, n_tok, k, n_embd, out, add, *shared, stream);
+}
+
+bool moe_combine_norm_fits(int n_tok, int64_t n_embd) {
+  return n_tok >= 1 && n_tok <= k_matvec_max_tokens && n_embd >= 1024 && n_embd % 32 == 0 &&
+         n_embd <= 4 * norm::k_threads * norm::k_chunks;
+}
+
+cudaError_t launch_moe_combine_norm(const float* y, const float* weights, int n_tok, int k, int64_t n_embd, float* out,
+                                    bool add, cudaStream_t stream, const moe_shared_term* shared,
+                                    const moe_next_norm& norm) {
+  if (!moe_combine_norm_fits(n_tok, n_embd) || k < 1 || k > k_moe_max_k || !norm.w || !norm.xn || !norm.work ||
+      !(norm.eps >= 0.f))
+    return cudaErrorInvalidValue;
+  if (shared && (!shared->y || (!shared->gate_logits && (!shared->gate_row || !shared->x))))
+    return cudaErrorInvalidValue;
+  const bool a16 = aligned(y, 16) && aligned(out, 16) && aligned(norm.w, 16) && aligned(norm.xn, 16) &&
+                   aligned(norm.work, 16) && (!shared || aligned(shared->y, 16)) &&
+                   (!shared || shared->gate_logits || (aligned(shared->gate_row, 16) && aligned(shared->x, 16)));
+  if (!a16) return cudaErrorMisalignedAddress;
+  const matvec_qx q = matvec_x_parts(norm.work, n_embd, n_tok);
+  const moe_shared_term sh = shared ? *shared : moe_shared_term{};
+  const auto go = [&](auto kernel) {
+    return launch_pdl(kernel, dim3(static_cast<unsigned>(n_tok)), dim3(norm::k_threads), stream, y, weights, k, n_embd,
+                      out, add, sh, norm.w, norm.eps, norm.xn, q.q, q.ds);
+  };
+  const int mode = !shared ? 0 : shared->gate_logits ? 1 : 2;
+  if (k <= 8) {
+    return mode == 0 ? go(moe_combine_norm_kernel<0, 8>)
+           : mode == 1 ? go(moe_combine_norm_kernel<1, 8>) : go(moe_combine_norm_kernel<2, 8>);
+  }
+  return mode == 0 ? go(moe_combine_norm_kernel<0, k_moe_max_k>)
+         : mode == 1 ? go(moe_combine_norm_kernel<1, k_moe_max_k>) : go(moe_combine_norm_kernel<2, k_moe_max_k>);
 }
 
 size_t moe_group_work_bytes(int n_tok, int k, int n_expert) {

@@ -82,6 +82,22 @@ struct moe_shared_term {
 cudaError_t launch_moe_combine(const float* y, const float* weights, int n_tok, int k, int64_t n_embd, float* out,
                                bool add, cudaStream_t stream, const moe_shared_term* shared = nullptr);
 
+// The next layer's input norm folded into a decode step's combine: after out is written, xn =
+// RMSNorm(out) * w and xn's int8 copy for the mat-vec (matvec_x_parts(work, n_embd, n_tok)), with
+// the bits launch_rms_norm_q8 (kernels/layer_ops.h) gives on the same out: one block per token
+// holds its row the way that kernel's wide rows do. Fits (moe_combine_norm_fits) n_tok up to
+// k_matvec_max_tokens and n_embd of 1024..8192, a multiple of 32; pointers 16-byte aligned.
+struct moe_next_norm {
+  const float* w = nullptr;
+  float eps = 0.f;
+  float* xn = nullptr;
+  void* work = nullptr;
+};
+bool moe_combine_norm_fits(int n_tok, int64_t n_embd);
+cudaError_t launch_moe_combine_norm(const float* y, const float* weights, int n_tok, int k, int64_t n_embd, float* out,
+                                    bool add, cudaStream_t stream, const moe_shared_term* shared,
+                                    const moe_next_norm& norm);
+
 // ---- Prefill: grouping by expert and the grouped GEMM --------------------------------------
 // Grouped rows per GEMM row tile; launch_moe_group's tile_offsets count tiles of this many.
 constexpr int k_moe_gemm_rows = 64;

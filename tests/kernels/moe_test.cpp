@@ -249,6 +249,73 @@ TEST(moe, combine_weighted_sum_residual_and_shared_expert) {
   }
 }
 
+// The combine with the next layer's input norm folded in against the combine followed by
+// launch_rms_norm_q8 (what the layer would launch): the same bits in x, xn and xn's int8 copy,
+// for every shared-term form, k of 8 and more, 1..8 tokens and rows of 1024..8192.
+TEST(moe, combine_norm_is_combine_then_norm_bits) {
+  REQUIRE_GPU();
+  for (int shared : {0, 1, 2})
+  for (int k : {8, 10})
+  for (int64_t n : {1024, 2048, 3072, 8192})
+  for (int n_tok : {1, 3, 8}) {
+    const auto y = randoms(size_t(n_tok * k * n), 31), w = randoms(size_t(n_tok * k), 32, 0.f, 1.f),
+               r = randoms(size_t(n_tok * n), 33), ys = randoms(size_t(n_tok * n), 34),
+               gl = randoms(size_t(n_tok), 35, -4.f, 4.f), row = randoms(size_t(n), 36, -0.1f, 0.1f),
+               xs = randoms(size_t(n_tok * n), 37), nw = randoms(size_t(n), 38, 0.5f, 1.5f);
+    dev<float> dy(y), dw(w), dys(ys), dgl(gl), drow(row), dnw(nw);
+    dev<float> x1(r), x2(r), xs1(xs), xs2(xs), xn1(size_t(n_tok * n)), xn2(size_t(n_tok * n));
+    dev<uint8_t> work1(matvec_work_bytes(n, n_tok)), work2(matvec_work_bytes(n, n_tok));
+    // The gate's x is the layer's normed input, which the folded norm then overwrites (xn).
+    moe_shared_term s1, s2;
+    s1.y = s2.y = dys.p;
+    if (shared == 1) s1.gate_logits = s2.gate_logits = dgl.p;
+    if (shared == 2) s1.gate_row = s2.gate_row = drow.p, s1.x = xs1.p, s2.x = xs2.p;
+    ASSERT_EQ(launch_moe_combine(dy.p, dw.p, n_tok, k, n, x1.p, true, nullptr, shared ? &s1 : nullptr), cudaSuccess);
+    ASSERT_EQ(launch_rms_norm_q8(x1.p, dnw.p, xn1.p, n_tok, int(n), 1e-6f, work1.p, nullptr), cudaSuccess);
+    moe_next_norm nn;
+    nn.w = dnw.p, nn.eps = 1e-6f, nn.xn = shared == 2 ? xs2.p : xn2.p, nn.work = work2.p;
+    ASSERT_TRUE(moe_combine_norm_fits(n_tok, n));
+    ASSERT_EQ(launch_moe_combine_norm(dy.p, dw.p, n_tok, k, n, x2.p, true, nullptr, shared ? &s2 : nullptr, nn),
+              cudaSuccess);
+    const std::string what = "shared " + std::to_string(shared) + " k " + std::to_string(k) + " n " +
+                             std::to_string(n) + " tokens " + std::to_string(n_tok);
+    const auto bits = [](const std::vector<float>& v) {
+      std::vector<uint32_t> b(v.size());
+      std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+      return b;
+    };
+    ASSERT_EQ(bits(x1.host()), bits(x2.host())) << what << ": x";
+    ASSERT_EQ(bits(xn1.host()), bits(shared == 2 ? xs2.host() : xn2.host())) << what << ": xn";
+    const matvec_qx q1 = matvec_x_parts(work1.p, n, n_tok), q2 = matvec_x_parts(work2.p, n, n_tok);
+    const size_t qbytes = size_t(reinterpret_cast<uint8_t*>(q1.ds) - work1.p) + size_t(n / 32 * n_tok) * sizeof(float2);
+    std::vector<uint8_t> h1(qbytes), h2(qbytes);
+    ASSERT_EQ(cudaMemcpy(h1.data(), work1.p, qbytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(h2.data(), work2.p, qbytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(reinterpret_cast<uint8_t*>(q2.ds) - work2.p, reinterpret_cast<uint8_t*>(q1.ds) - work1.p);
+    ASSERT_EQ(h1, h2) << what << ": int8 copy";
+  }
+}
+
+TEST(moe, combine_norm_rejects_what_it_does_not_fit) {
+  REQUIRE_GPU();
+  dev<float> y(size_t(8 * 2048)), w(size_t(8)), out(size_t(2048)), nw(size_t(2048)), xn(size_t(2048));
+  dev<uint8_t> work(matvec_work_bytes(2048, 1));
+  moe_next_norm nn;
+  nn.w = nw.p, nn.eps = 1e-6f, nn.xn = xn.p, nn.work = work.p;
+  EXPECT_FALSE(moe_combine_norm_fits(1, 1000));   // not a multiple of 32
+  EXPECT_FALSE(moe_combine_norm_fits(1, 512));    // below the wide norm's rows
+  EXPECT_FALSE(moe_combine_norm_fits(9, 2048));   // more tokens than a decode step
+  EXPECT_FALSE(moe_combine_norm_fits(1, 8224));   // past the registers' 8192
+  EXPECT_EQ(launch_moe_combine_norm(y.p, w.p, 1, 8, 1000, out.p, true, nullptr, nullptr, nn), cudaErrorInvalidValue);
+  nn.work = nullptr;
+  EXPECT_EQ(launch_moe_combine_norm(y.p, w.p, 1, 8, 2048, out.p, true, nullptr, nullptr, nn), cudaErrorInvalidValue);
+  nn.work = work.p;
+  EXPECT_EQ(launch_moe_combine_norm(y.p, w.p, 1, 8, 2048, out.p + 1, true, nullptr, nullptr, nn),
+            cudaErrorMisalignedAddress);
+  EXPECT_EQ(launch_moe_combine_norm(y.p, w.p, 1, 8, 2048, out.p, true, nullptr, nullptr, nn), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 TEST(moe, combine_rejects_incomplete_shared_term) {
   REQUIRE_GPU();
   dev<float> y(size_t(64)), w(size_t(8)), out(size_t(64));

@@ -231,6 +231,7 @@ status cuda_backend::enqueue(cuda_kv_cache& cache, bool argmax) {
                                     dev_ints(plan_.off_tokens), T, hp.n_embd, x_.get<float>(), s));
   if (comm_) TANDEM_TRY(comm_->broadcast(x_.get<float>(), size_t(T) * hp.n_embd, lead_rank_, s));
   TANDEM_TRY(mark("embedding"));
+  norm_folded_ = -1;
   for (uint32_t il = range_.layer_begin; il < range_.layer_end; ++il) TANDEM_TRY(layer(il, cache));
 
   // Only rows that want logits pay for the output head.
@@ -435,6 +436,22 @@ status cuda_backend::matvec_quantized_beside(std::initializer_list<matmul_job> j
   return matvec_job_list(on_main, nm, x, n_tok, false, nullptr, nullptr);
 }
 
+// Whether layer il + 1 on this device opens with launch_rms_norm_q8 of x by its attn_norm (its
+// projections all take the mat-vec) with nothing summing x in between (a tensor split does): then
+// layer il's combine may write that norm itself (launch_moe_combine_norm, the same bits) and layer
+// il + 1 skips the launch (norm_folded_).
+bool cuda_backend::next_norm_foldable(uint32_t il, int T, moe_next_norm& nn) const {
+  const uint32_t next = il + 1;
+  if (comm_ || next >= range_.layer_end || !moe_combine_norm_fits(T, int64_t(hp_.n_embd))) return false;
+  const auto& L = w_.layers[next];
+  const bool q8 = hp_.kind(next) == layer_kind::delta_net
+                      ? matvec_ready({&L.dn_qkv, &L.dn_gate, &L.dn_beta, &L.dn_alpha}, T)
+                      : hp_.n_head_kv > 0 && matvec_ready({&L.wq, &L.wk, &L.wv}, T);
+  if (!q8) return false;
+  nn.w = L.attn_norm, nn.eps = hp_.rms_eps, nn.xn = xn_.get<float>(), nn.work = matvec_work_.get();
+  return true;
+}
+
 // One layer. In a tensor split each device computes its heads' and FFN columns' share of the
 // attention and FFN outputs; the sum over devices is what one GPU would add to x.
 status cuda_backend::layer(uint32_t il, cuda_kv_cache& cache) {
@@ -475,7 +492,7 @@ status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
   void* work = matvec_work_.get();
   bool forked = false;  // decode: wk / wv of another type than wq's on the side stream
   if (matvec_ready({&L.wq, &L.wk, &L.wv}, T)) {
-    TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp.rms_eps, work, s));
+    if (norm_folded_ != int64_t(il)) TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp.rms_eps, work, s));
     TANDEM_TRY(mark("attention norm"));
     TANDEM_TRY(matvec_quantized_beside({{&L.wq, wq_out}, {&L.wk, k}, {&L.wv, v}}, xn, T, forked));
   } else {

@@ -25,6 +25,7 @@
 namespace tandem {
 
 struct moe_shared_term;  // kernels/moe.h
+struct moe_next_norm;    // kernels/moe.h
 
 class cuda_backend final : public cuda_stage {
  public:
@@ -164,6 +165,9 @@ class cuda_backend final : public cuda_stage {
   device_buffer moe_logits_, moe_ids_, moe_w_, moe_gate_, moe_up_, moe_y_, moe_group_, moe_work_;
   device_buffer shexp_work_;  // decode's shared expert on the side stream: the int8 copy of its h
   bool side_stream_ = true;   // TANDEM_CUDA_SIDE_STREAM=0: decode on the main stream alone
+  // The layer whose input norm the previous layer's combine wrote (-1: none this step).
+  int64_t norm_folded_ = -1;
+  bool next_norm_foldable(uint32_t il, int n_tok, moe_next_norm& nn) const;
   int scratch_tokens_ = 0;
   cuda_graph_cache graphs_;
   bool use_graphs_ = true;

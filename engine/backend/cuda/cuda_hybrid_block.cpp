@@ -68,7 +68,8 @@ status cuda_backend::delta_net_block(uint32_t il, cuda_kv_cache& cache) {
   bool forked = false;
   if (matvec_ready({&L.dn_qkv, &L.dn_gate, &L.dn_beta, &L.dn_alpha}, T)) {
     // The launches read the one int8 copy of xn the norm writes.
-    TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp_.rms_eps, matvec_work_.get(), s));
+    if (norm_folded_ != int64_t(il))
+      TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp_.rms_eps, matvec_work_.get(), s));
     TANDEM_TRY(mark("DeltaNet norm"));
     if (ba) {
       TANDEM_TRY(matvec_quantized_beside({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_ba, b}}, xn, T, forked));

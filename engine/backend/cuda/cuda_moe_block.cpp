@@ -82,8 +82,16 @@ status cuda_backend::moe_block(uint32_t il) {
   TANDEM_TRY(dec ? moe_experts_decode(L, xn, T, xq) : moe_experts_prefill(L, xn, T));
   if (shared && !side) TANDEM_TRY(moe_shared_expert(L, xn, T, xq, !dec, sh));
   if (side) TANDEM_TRY(ctx_->join_side());
-  TANDEM_CUDA_TRY(launch_moe_combine(moe_y_.get<float>(), moe_w_.get<float>(), T, k, E, x, true, s,
-                                     hp_.n_ff_shexp > 0 ? &sh : nullptr));
+  // Decode: the next layer's input norm folds into the combine (one launch fewer a layer).
+  moe_next_norm nn;
+  if (dec && next_norm_foldable(il, T, nn)) {
+    TANDEM_CUDA_TRY(launch_moe_combine_norm(moe_y_.get<float>(), moe_w_.get<float>(), T, k, E, x, true, s,
+                                            shared ? &sh : nullptr, nn));
+    norm_folded_ = int64_t(il) + 1;
+  } else {
+    TANDEM_CUDA_TRY(launch_moe_combine(moe_y_.get<float>(), moe_w_.get<float>(), T, k, E, x, true, s,
+                                       shared ? &sh : nullptr));
+  }
   return mark("experts combine");
 }
 
