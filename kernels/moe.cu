@@ -1,17 +1,14 @@
-// Mixture-of-experts kernels besides the grouped GEMM (moe_gemm.cu) and routing (moe_route.cu):
-// the decode mat-vec over each token's selected experts (the mat-vec's per-type pieces,
-// matvec_types.cuh), the fused SwiGLU + int8 copy, the weighted combine and the device-side
-// grouping of pairs by expert.
+// Mixture-of-experts kernels besides the decode mat-vec (moe_matvec.cu), the grouped GEMM
+// (moe_gemm.cu) and routing (moe_route.cu): the SwiGLU + int8 copy, the weighted combine and the
+// device-side grouping of pairs by expert.
 #include "kernels/moe.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
 #include "kernels/matvec.h"
-#include "kernels/matvec_types.cuh"
 #include "kernels/matvec_x.cuh"
 #include "kernels/norm_rows.cuh"
 #include "kernels/pdl.cuh"
@@ -19,23 +16,9 @@
 namespace tandem {
 namespace {
 
-using namespace mv;
-
 bool aligned(const void* p, uintptr_t to) { return reinterpret_cast<uintptr_t>(p) % to == 0; }
 
-// ---- x's int8 copy, SwiGLU, combine ---------------------------------------------------------
-
-// One warp per 32-value block of n_rows rows of n_in values at x + r * stride, written compact
-// (row r at r * n_in, matvec_x_parts layout).
-__global__ void __launch_bounds__(256) moe_quantize_x_kernel(const float* x, int64_t stride, int64_t n_in,
-                                                             int64_t n_blocks, int8_t* qx, float2* ds) {
-  pdl_wait();
-  pdl_trigger();
-  const int64_t b = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
-  if (b >= n_blocks) return;
-  const int64_t per_row = n_in / 32, r = b / per_row, j = b % per_row;
-  quantize_x_warp(x[r * stride + 32 * j + threadIdx.x % 32], qx + 32 * b, ds + b);
-}
+// ---- SwiGLU, combine ---------------------------------------------------------------------
 
 // total % 32 == 0, so every warp's 32 values are one block of one row.
 __global__ void __launch_bounds__(256) moe_swiglu_q8_kernel(const float* gate, const float* up, float* out,
@@ -222,191 +205,6 @@ cudaError_t launch_combine(const float* y, const float* w, int n_tok, int k, int
   return launch_pdl(kernel, grid, dim3(256), stream, y, w, n_tok, k, n_embd, out, add, sh);
 }
 
-// ---- Decode mat-vec -----------------------------------------------------------------------
-
-// Row group g of a launch: pair p = t * k + j, matrix set m and rows [r0, r0 + R * NS) of n_out
-// (NS sub-warps of SW lanes, R rows each). Groups run pair-major.
-struct mv_params {
-  const uint8_t* w[k_moe_max_outputs];
-  float* y[k_moe_max_outputs];
-  int n_mats, n_expert, k, n_blocks;
-  int64_t stride, n_out, row_bytes, groups_per_mat, n_groups;
-  const int32_t* ids;
-  x_view xs;         // x floats (xf) and its int8 copy (qx, ds), rows n_in apart in the copy
-  int64_t x_stride;  // floats between pair rows of xf; 0: rows by token, n_in apart
-};
-
-// The weight rows, their matrix's end, x and output of a group (for one sub-warp).
-template <int R>
-struct mv_group {
-  const uint8_t* wrow[R];
-  const uint8_t* wend;
-  x_view xv;
-  float* y;      // the pair's output row (row 0 of the matrix set's n_out)
-  int64_t row0;  // this sub-warp's first row
-  bool valid;    // the pair's id is an expert
-};
-
-template <int R, int NS>
-__device__ __forceinline__ mv_group<R> setup_group(const mv_params& p, int64_t g, int sub) {
-  const int64_t pm = g / p.groups_per_mat, rg = g % p.groups_per_mat;
-  const int pair = static_cast<int>(pm / p.n_mats), m = static_cast<int>(pm % p.n_mats);
-  const int e = __ldg(p.ids + pair);
-  mv_group<R> s;
-  s.valid = e >= 0 && e < p.n_expert;
-  // Constant indices into the parameter arrays (a runtime index would copy them to local memory).
-  const uint8_t* base = (m == 0 ? p.w[0] : p.w[1]) + (s.valid ? e : 0) * p.stride;
-  s.wend = base + p.n_out * p.row_bytes;
-  s.row0 = rg * R * NS + static_cast<int64_t>(sub) * R;
-#pragma unroll
-  for (int r = 0; r < R; ++r) s.wrow[r] = base + min(s.row0 + r, p.n_out - 1) * p.row_bytes;
-  const int64_t xr = p.x_stride == 0 ? pair / p.k : pair;
-  s.xv = p.xs;
-  s.xv.xf = p.xs.xf + xr * (p.x_stride == 0 ? p.xs.n_in : p.x_stride);
-  if (p.xs.qx) s.xv.qx = p.xs.qx + xr * p.xs.n_in, s.xv.ds = p.xs.ds + xr * (p.xs.n_in / 32);
-  s.y = (m == 0 ? p.y[0] : p.y[1]) + static_cast<int64_t>(pair) * p.n_out;
-  return s;
-}
-
-template <class Q, int R>
-__device__ __forceinline__ void load_rows(const mv_group<R>& s, int pc, int n_pieces, typename Q::raw (&w)[R]) {
-  if (pc >= n_pieces || !s.valid) return;
-  const int b = pc / Q::ppb, kk = pc % Q::ppb;
-#pragma unroll
-  for (int r = 0; r < R; ++r) w[r] = Q::load(s.wrow[r] + static_cast<int64_t>(b) * sizeof(typename Q::block), kk, s.wend);
-}
-
-constexpr int k_mv_warps = 4;  // independent warps (walkers) per block
-
-// Each warp walks row groups g = its global warp index, + all warps, ...; its NS = 32 / SW
-// sub-warps take R rows each, their SW lanes pieces sl, sl + SW, ... of every row (short rows,
-// the down projection's, would leave most of a 32-lane warp idle). As in matvec_kernel, the
-// weights of a lane's next pieces (the next group's at a row's end) are loaded before the current
-// ones are used. The ids come from the previous kernel: no weight load before pdl_wait.
-template <class Q, int R, int SW>
-__global__ void __launch_bounds__(32 * k_mv_warps) moe_matvec_kernel(mv_params p) {
-  constexpr int NS = 32 / SW;
-  using W = typename Q::raw;
-  const int lane = threadIdx.x % 32, sub = lane / SW, sl = lane % SW;
-  const int n_pieces = p.n_blocks * Q::ppb, n_iter = (n_pieces + SW - 1) / SW;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * k_mv_warps;
-  int64_t g = static_cast<int64_t>(blockIdx.x) * k_mv_warps + threadIdx.x / 32;
-  pdl_wait();
-  if (g >= p.n_groups) return;
-  mv_group<R> s = setup_group<R, NS>(p, g, sub);
-  W cur[R];
-  load_rows<Q, R>(s, sl, n_pieces, cur);
-  for (; g < p.n_groups; g += step) {
-    if (g + step >= p.n_groups) pdl_trigger();
-    float acc[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] = 0.f;
-    const mv_group<R> c = s;
-    for (int i = 0; i < n_iter; ++i) {
-      const int pc = sl + i * SW;
-      W nxt[R];
-      if (i + 1 < n_iter) {
-        load_rows<Q, R>(c, pc + SW, n_pieces, nxt);
-      } else if (g + step < p.n_groups) {
-        s = setup_group<R, NS>(p, g + step, sub);
-        load_rows<Q, R>(s, sl, n_pieces, nxt);
-      }
-      if (pc < n_pieces && c.valid) {
-        const int b = pc / Q::ppb, kk = pc % Q::ppb;
-        const typename Q::xpiece xp = Q::load_x(c.xv, 0, b, kk);
-#pragma unroll
-        for (int r = 0; r < R; ++r) acc[r] += Q::dot(Q::decode(cur[r], kk), xp);
-      }
-#pragma unroll
-      for (int r = 0; r < R; ++r) cur[r] = nxt[r];
-    }
-    // Butterfly within the SW lanes of a sub-warp; lane sl == r writes row r.
-    float mine = 0.f;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      float v = acc[r];
-#pragma unroll
-      for (int o = SW / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (sl == r) mine = v;
-    }
-    if (sl < R && c.row0 + sl < p.n_out) c.y[c.row0 + sl] = c.valid ? mine : __int_as_float(0x7fc00000);
-  }
-}
-
-// Blocks of a kernel resident on the current device at once, cached per device and kernel.
-template <class Q, int R, int SW>
-cudaError_t resident_blocks(int& out) {
-  constexpr int k_max_devices = 64;
-  static std::atomic<int> cache[k_max_devices];
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
-  std::atomic<int>* slot = dev >= 0 && dev < k_max_devices ? &cache[dev] : nullptr;
-  int v = slot ? slot->load(std::memory_order_relaxed) : 0;
-  if (v == 0) {
-    int per_sm = 0, sms = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_matvec_kernel<Q, R, SW>, 32 * k_mv_warps, 0);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e != cudaSuccess) return e;
-    v = std::max(1, per_sm) * std::max(1, sms);
-    if (slot) slot->store(v, std::memory_order_relaxed);
-  }
-  out = v;
-  return cudaSuccess;
-}
-
-template <class Q, int R, int SW>
-cudaError_t launch_mv(mv_params p, int n_pairs, cudaStream_t s) {
-  constexpr int NS = 32 / SW;
-  p.groups_per_mat = (p.n_out + R * NS - 1) / (R * NS);
-  p.n_groups = p.groups_per_mat * p.n_mats * n_pairs;
-  if (p.n_groups == 0) return cudaSuccess;
-  int resident = 0;
-  const cudaError_t e = resident_blocks<Q, R, SW>(resident);
-  if (e != cudaSuccess) return e;
-  const int64_t blocks = std::min<int64_t>((p.n_groups + k_mv_warps - 1) / k_mv_warps, resident);
-  return launch_pdl(moe_matvec_kernel<Q, R, SW>, dim3(static_cast<unsigned>(blocks)), dim3(32 * k_mv_warps), s, p);
-}
-
-// Rows per sub-warp: matvec's one-token choices (measured there on an H200).
-template <class Q>
-constexpr int rows_of() {
-  using std::is_same_v;
-  if constexpr (is_same_v<Q, mq_q4_k> || is_same_v<Q, mq_q5_k> || is_same_v<Q, mq_f16>) return 4;
-  if constexpr (is_same_v<Q, mq_q5_1>) return 1;
-  return 2;
-}
-
-// Sub-warp width: the fewest lanes (8, 16 or 32) that take every piece of a row in one pass.
-template <class Q>
-cudaError_t launch_mv_type(mv_params p, int64_t n_in, int n_pairs, cudaStream_t s) {
-  p.n_blocks = static_cast<int>(n_in / Q::qk);
-  p.row_bytes = static_cast<int64_t>(p.n_blocks) * sizeof(typename Q::block);
-  const int64_t pieces = static_cast<int64_t>(p.n_blocks) * Q::ppb;
-  constexpr int R = rows_of<Q>();
-  if (pieces <= 8) return launch_mv<Q, R, 8>(p, n_pairs, s);
-  if (pieces <= 16) return launch_mv<Q, R, 16>(p, n_pairs, s);
-  return launch_mv<Q, R, 32>(p, n_pairs, s);
-}
-
-cudaError_t launch_mv_of(ggml_type t, const mv_params& p, int64_t n_in, int n_pairs, cudaStream_t s) {
-  switch (t) {
-    case ggml_type::f32: return launch_mv_type<mq_f32>(p, n_in, n_pairs, s);
-    case ggml_type::f16: return launch_mv_type<mq_f16>(p, n_in, n_pairs, s);
-    case ggml_type::q4_0: return launch_mv_type<mq_q4_0>(p, n_in, n_pairs, s);
-    case ggml_type::q4_1: return launch_mv_type<mq_q4_1>(p, n_in, n_pairs, s);
-    case ggml_type::q5_0: return launch_mv_type<mq_q5_0>(p, n_in, n_pairs, s);
-    case ggml_type::q5_1: return launch_mv_type<mq_q5_1>(p, n_in, n_pairs, s);
-    case ggml_type::q8_0: return launch_mv_type<mq_q8_0>(p, n_in, n_pairs, s);
-    case ggml_type::q4_k: return launch_mv_type<mq_q4_k>(p, n_in, n_pairs, s);
-    case ggml_type::q5_k: return launch_mv_type<mq_q5_k>(p, n_in, n_pairs, s);
-    case ggml_type::q6_k: return launch_mv_type<mq_q6_k>(p, n_in, n_pairs, s);
-    default: return cudaErrorInvalidValue;
-  }
-}
-
-bool reads_int8_x(ggml_type t) { return t != ggml_type::f32 && t != ggml_type::f16; }
-
 // ---- Grouping -----------------------------------------------------------------------------
 
 constexpr int k_group_tile = 256;  // pairs per histogram/scatter block (= its threads)
@@ -500,58 +298,6 @@ __global__ void __launch_bounds__(k_group_tile) moe_scatter_kernel(const int32_t
 }
 
 }  // namespace
-
-bool gpu_can_moe_matvec(ggml_type t) { return gpu_can_matvec(t); }
-
-size_t moe_matvec_work_bytes(int64_t n_in, int n_x_rows) { return matvec_work_bytes(n_in, n_x_rows); }
-
-cudaError_t launch_moe_matvec_multi(ggml_type t, const moe_matvec_output* outs, int n_outs,
-                                    size_t expert_stride_bytes, int n_expert, int64_t n_in, int64_t n_out,
-                                    const float* x, int64_t x_stride, bool x_quantized, int n_tok, int k,
-                                    const int32_t* ids, void* work, cudaStream_t stream) {
-  if (!gpu_can_moe_matvec(t) || n_outs < 1 || n_outs > k_moe_max_outputs || n_expert < 1 || n_in <= 0 ||
-      n_in % 32 != 0 || n_out < 0 || n_tok < 0 || n_tok > k_moe_matvec_max_tokens || k < 1 || k > k_moe_max_k ||
-      (x_stride != 0 && x_stride < n_in) || x_stride % 4 != 0 || ids == nullptr ||
-      n_in % type_info(t).block_size != 0 || n_in / type_info(t).block_size > (1 << 24))
-    return cudaErrorInvalidValue;
-  for (int i = 0; i < n_outs; ++i) {
-    if (outs[i].w == nullptr || outs[i].y == nullptr) return cudaErrorInvalidValue;
-    if (!aligned(outs[i].w, 16)) return cudaErrorMisalignedAddress;
-  }
-  if (expert_stride_bytes % 16 != 0) return cudaErrorMisalignedAddress;
-  const bool int8 = reads_int8_x(t);
-  if ((!int8 || !x_quantized) && !aligned(x, 16)) return cudaErrorMisalignedAddress;
-  if (int8 && work == nullptr) return cudaErrorInvalidValue;
-  if (int8 && !aligned(work, 16)) return cudaErrorMisalignedAddress;
-  if (n_tok == 0 || n_out == 0) return cudaSuccess;
-  const int n_pairs = n_tok * k, n_x_rows = x_stride == 0 ? n_tok : n_pairs;
-  mv_params p{};
-  for (int i = 0; i < n_outs; ++i) p.w[i] = static_cast<const uint8_t*>(outs[i].w), p.y[i] = outs[i].y;
-  p.n_mats = n_outs, p.n_expert = n_expert, p.k = k;
-  p.stride = static_cast<int64_t>(expert_stride_bytes), p.n_out = n_out;
-  p.ids = ids;
-  p.xs = {x, nullptr, nullptr, n_in};
-  p.x_stride = x_stride;
-  if (int8) {
-    const matvec_qx qx = matvec_x_parts(work, n_in, n_x_rows);
-    p.xs.qx = qx.q, p.xs.ds = qx.ds;
-    if (!x_quantized) {
-      const int64_t n_xb = n_in / 32 * n_x_rows;
-      const cudaError_t q = launch_pdl(moe_quantize_x_kernel, dim3(static_cast<unsigned>((n_xb + 7) / 8)), dim3(256),
-                                       stream, x, x_stride == 0 ? n_in : x_stride, n_in, n_xb, qx.q, qx.ds);
-      if (q != cudaSuccess) return q;
-    }
-  }
-  return launch_mv_of(t, p, n_in, n_pairs, stream);
-}
-
-cudaError_t launch_moe_matvec(ggml_type t, const void* w, size_t expert_stride_bytes, int n_expert, int64_t n_in,
-                              int64_t n_out, const float* x, int64_t x_stride, int n_tok, int k, const int32_t* ids,
-                              float* y, void* work, cudaStream_t stream) {
-  const moe_matvec_output o{w, y};
-  return launch_moe_matvec_multi(t, &o, 1, expert_stride_bytes, n_expert, n_in, n_out, x, x_stride, false, n_tok, k,
-                                 ids, work, stream);
-}
 
 cudaError_t launch_moe_swiglu_q8(const float* gate, const float* up, float* out, int n_rows, int n, void* work,
                                  cudaStream_t stream) {

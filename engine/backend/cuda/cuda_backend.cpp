@@ -56,6 +56,8 @@ status cuda_backend::init(const cuda_backend_options& opt) {
   head_float_ = head_float && std::string_view(head_float) == "1";
   const char* side = std::getenv("TANDEM_CUDA_SIDE_STREAM");
   side_stream_ = !(side && std::string_view(side) == "0");
+  const char* fused = std::getenv("TANDEM_CUDA_FUSED_SWIGLU");
+  fused_swiglu_ = !(fused && std::string_view(fused) == "0");
   upload_options up;
   up.slot_bytes = opt.staging_bytes;
   up.threads = opt.upload_threads;

@@ -126,6 +126,7 @@ class cuda_backend final : public cuda_stage {
   status ensure_moe_scratch(int n_tok);
   status route(const device_layer& L, const float* xn, int n_tok);
   status moe_experts_decode(const device_layer& L, const float* xn, int n_tok, bool x_quantized);
+  status moe_experts_gate_up(const device_layer& L, const float* xn, int n_tok, bool x_quantized);
   status moe_experts_prefill(const device_layer& L, const float* xn, int n_tok);
   bool shared_expert_decodes(const device_layer& L, int n_tok, bool x_quantized) const;
   status moe_shared_expert(const device_layer& L, const float* xn, int n_tok, bool x_quantized, bool xn_f16,
@@ -165,6 +166,7 @@ class cuda_backend final : public cuda_stage {
   device_buffer moe_logits_, moe_ids_, moe_w_, moe_gate_, moe_up_, moe_y_, moe_group_, moe_work_;
   device_buffer shexp_work_;  // decode's shared expert on the side stream: the int8 copy of its h
   bool side_stream_ = true;   // TANDEM_CUDA_SIDE_STREAM=0: decode on the main stream alone
+  bool fused_swiglu_ = true;  // TANDEM_CUDA_FUSED_SWIGLU=0: decode's expert SwiGLU as its own launch
   // The layer whose input norm the previous layer's combine wrote (-1: none this step).
   int64_t norm_folded_ = -1;
   bool next_norm_foldable(uint32_t il, int n_tok, moe_next_norm& nn) const;

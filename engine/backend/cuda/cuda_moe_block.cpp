@@ -97,8 +97,33 @@ status cuda_backend::moe_block(uint32_t il) {
 
 // Decode: each (token, slot)'s expert read on the device; gate and up in one launch when they
 // share a type (x_quantized: reading xn's int8 copy from matvec_work_), the SwiGLU writing down's
-// int8 input.
+// int8 input, in the same launch where the norm left that copy and the type reads int8 x.
 status cuda_backend::moe_experts_decode(const device_layer& L, const float* xn, int T, bool x_quantized) {
+  const cudaStream_t s = ctx_->stream();
+  const int k = int(hp_.n_expert_used), n_exp = int(hp_.n_expert);
+  const int64_t E = hp_.n_embd, F = hp_.n_ff_exp;
+  const int32_t* ids = moe_ids_.get<int32_t>();
+  float *g = moe_gate_.get<float>(), *u = moe_up_.get<float>();
+  void* work = moe_work_.get();
+  const size_t gu_stride = expert_stride(L.gate_exps, F);
+  const moe_matvec_output down[1] = {{L.down_exps.data, moe_y_.get<float>()}};
+  if (fused_swiglu_ && x_quantized && L.gate_exps.type == L.up_exps.type &&
+      gpu_can_moe_matvec_swiglu(L.gate_exps.type, F)) {
+    const moe_matvec_output outs[2] = {{L.gate_exps.data, g}, {L.up_exps.data, u}};
+    TANDEM_CUDA_TRY(launch_moe_matvec_swiglu(L.gate_exps.type, outs, gu_stride, n_exp, E, F, matvec_work_.get(), T, k,
+                                             ids, work, s));
+    TANDEM_TRY(mark("experts gate up swiglu"));
+  } else {
+    TANDEM_TRY(moe_experts_gate_up(L, xn, T, x_quantized));
+  }
+  TANDEM_CUDA_TRY(launch_moe_matvec_multi(L.down_exps.type, down, 1, expert_stride(L.down_exps, E), n_exp, F, E, g, F,
+                                          true, T, k, ids, work, s));
+  return mark("experts down");
+}
+
+// Decode's gate, up and SwiGLU as separate launches (moe_experts_decode's other form): h into
+// moe_gate_, its int8 copy into moe_work_.
+status cuda_backend::moe_experts_gate_up(const device_layer& L, const float* xn, int T, bool x_quantized) {
   const cudaStream_t s = ctx_->stream();
   const int k = int(hp_.n_expert_used), n_exp = int(hp_.n_expert);
   const int64_t E = hp_.n_embd, F = hp_.n_ff_exp;
@@ -118,11 +143,7 @@ status cuda_backend::moe_experts_decode(const device_layer& L, const float* xn, 
   }
   TANDEM_TRY(mark("experts gate up"));
   TANDEM_CUDA_TRY(launch_moe_swiglu_q8(g, u, g, T * k, int(F), work, s));
-  TANDEM_TRY(mark("experts swiglu"));
-  const moe_matvec_output down[1] = {{L.down_exps.data, moe_y_.get<float>()}};
-  TANDEM_CUDA_TRY(launch_moe_matvec_multi(L.down_exps.type, down, 1, expert_stride(L.down_exps, E), n_exp, F, E, g, F,
-                                          true, T, k, ids, work, s));
-  return mark("experts down");
+  return mark("experts swiglu");
 }
 
 // The router's logits (float32 products for float32 routers: they pick the experts) and each
