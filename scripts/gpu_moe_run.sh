@@ -2,7 +2,7 @@
 # On the GPU machine, in one call: build for sm_90, then the mixture-of-experts checks and figures
 # of docs/PERFORMANCE.md ("Mixture of experts"). Steps (env STEPS, default "build test kernels
 # bench"): build; test: every CTest test labelled gpu but the big.* timings; kernels: the MoE
-# kernels' timing tests (kernels_moe_test big.*) and the router's and 2048-wide head's mat-vecs;
+# kernels' timing tests (kernels_moe_test and kernels_moe_matvec_test big.*) and the router's and 2048-wide head's mat-vecs;
 # bench: random Q4_K_M models of PRESETS (default the Qwen3-30B-A3B and Qwen3.5-35B-A3B shapes),
 # the first with ceilings, the rest against them;
 # profile: where a prefill token of the last preset goes (launch groups, no graphs); decode:
@@ -39,6 +39,7 @@ if has test; then
 fi
 if has kernels; then
   "$build/tests/kernels/kernels_moe_test" --gtest_filter='big.*' 2>&1 | grep -E "moe |dense|FAILED" | head -40
+  "$build/tests/kernels/kernels_moe_matvec_test" --gtest_filter='big.*' 2>&1 | grep -E "moe |dense|FAILED" | head -20
   "$build/tests/kernels/kernels_matvec_test" --gtest_filter='big.router_bandwidth:big.head_bandwidth' 2>&1 |
     grep -E "^router|^head Q6_K +248320|FAILED" | head -20
   echo "kernel timings done at $SECONDS s"
