@@ -66,14 +66,17 @@ cudaError_t launch_moe_swiglu_q8(const float* gate, const float* up, float* out,
                                  cudaStream_t stream);
 
 // launch_moe_matvec_multi of gate and up (gate_up[0], gate_up[1]: one type and shape) from x's
-// int8 copy, then launch_moe_swiglu_q8 of the products, in one launch and with the same bits:
-// h = silu(gate) · up into gate_up[0].y (n_tok * k rows of n_out) and h's int8 copy into h_work
+// int8 copy, then launch_moe_swiglu_q8 of the products, with the same bits: h = silu(gate) · up
+// into gate_up[0].y (n_tok * k rows of n_out) and h's int8 copy into h_work
 // (matvec_x_parts(h_work, n_out, n_tok * k)), for the down projection's
-// launch_moe_matvec_multi(..., x_stride = n_out, x_quantized = true). gate_up[1].y is not
-// written. x_work holds x's copy for (n_in, n_tok) in matvec_x_parts layout (launch_rms_norm_q8's
-// or the like), one row a token; h_work must not overlap it. Requirements as
-// launch_moe_matvec_multi's with x_stride 0, a type gpu_can_moe_matvec_swiglu takes (those of int8
-// x) and 16-byte aligned gate_up[0].y.
+// launch_moe_matvec_multi(..., x_stride = n_out, x_quantized = true). One launch where its units
+// (32 rows of a pair: n_tok * k * n_out / 32) fit the blocks resident at once; past that, a second
+// wave would double the critical path, so the two launches run (TANDEM_MOE_SWIGLU_ANY_WAVES=1:
+// one launch anyway) and gate_up[1].y takes up's products: it is scratch of n_tok * k rows either
+// way. x_work holds x's copy for (n_in, n_tok) in matvec_x_parts layout (launch_rms_norm_q8's or
+// the like), one row a token; h_work must not overlap it. Requirements as
+// launch_moe_matvec_multi's with x_stride 0, and a type gpu_can_moe_matvec_swiglu takes (those
+// of int8 x).
 bool gpu_can_moe_matvec_swiglu(ggml_type t, int64_t n_out);  // and n_out % 32 == 0
 cudaError_t launch_moe_matvec_swiglu(ggml_type t, const moe_matvec_output* gate_up, size_t expert_stride_bytes,
                                      int n_expert, int64_t n_in, int64_t n_out, const void* x_work, int n_tok, int k,

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "kernels/matvec.h"
@@ -300,18 +301,21 @@ cudaError_t launch_mv(mv_params p, int n_pairs, cudaStream_t s) {
   return launch_pdl(moe_matvec_kernel<Q, R, SW>, dim3(static_cast<unsigned>(blocks)), dim3(32 * k_mv_warps), s, p);
 }
 
-// n_groups counts 32-row units here (n_out % 32 == 0).
+// n_groups counts 32-row units here (n_out % 32 == 0); resident: the kernel's blocks that fit at once.
 template <class Q, int SW>
-cudaError_t launch_mv_swiglu(mv_params p, int n_pairs, int8_t* qh, float2* dh, cudaStream_t s) {
+cudaError_t launch_mv_swiglu(mv_params p, int n_pairs, int8_t* qh, float2* dh, int resident, cudaStream_t s) {
   p.n_groups = p.n_out / 32 * n_pairs;
   if (p.n_groups == 0) return cudaSuccess;
-  int resident = 0;
   constexpr auto kernel = moe_matvec_swiglu_kernel<Q, SW>;
-  constexpr int threads = swiglu_shape<SW>::threads;
-  const cudaError_t e = resident_blocks<kernel, threads>(resident);
-  if (e != cudaSuccess) return e;
   const int64_t blocks = std::min<int64_t>(p.n_groups, resident);
-  return launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(threads), s, p, qh, dh);
+  return launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(swiglu_shape<SW>::threads), s, p, qh, dh);
+}
+
+// TANDEM_MOE_SWIGLU_ANY_WAVES=1: the fused launch even where its units outnumber its resident
+// blocks (read at every launch, so that one run can time both).
+bool swiglu_any_waves() {
+  const char* e = std::getenv("TANDEM_MOE_SWIGLU_ANY_WAVES");
+  return e && e[0] == '1' && e[1] == 0;
 }
 
 // Rows per sub-warp: matvec's one-token choices (measured there on an H200).
@@ -438,7 +442,7 @@ cudaError_t launch_moe_matvec_swiglu(ggml_type t, const moe_matvec_output* gate_
   const cudaError_t e =
       check_matvec_args(t, gate_up, 2, expert_stride_bytes, n_expert, n_in, n_out, 0, n_tok, k, ids);
   if (e != cudaSuccess) return e;
-  if (!aligned(x_work, 16) || !aligned(h_work, 16) || !aligned(gate_up[0].y, 16)) return cudaErrorMisalignedAddress;
+  if (!aligned(x_work, 16) || !aligned(h_work, 16)) return cudaErrorMisalignedAddress;
   if (n_tok == 0) return cudaSuccess;
   mv_params p = matvec_params(gate_up, 2, expert_stride_bytes, n_expert, n_in, n_out, nullptr, 0, k, ids);
   const matvec_qx qx = matvec_x_parts(const_cast<void*>(x_work), n_in, n_tok), qh = matvec_x_parts(h_work, n_out, n_tok * k);
@@ -449,7 +453,20 @@ cudaError_t launch_moe_matvec_swiglu(ggml_type t, const moe_matvec_output* gate_
       return cudaErrorInvalidValue;  // float x: gpu_can_moe_matvec_swiglu said no
     } else {
       return by_width(size_rows<Q>(p, n_in), [&](auto sw) {
-        return launch_mv_swiglu<Q, decltype(sw)::value>(p, n_tok * k, qh.q, qh.ds, stream);
+        constexpr int SW = decltype(sw)::value;
+        int resident = 0;
+        const cudaError_t r =
+            resident_blocks<moe_matvec_swiglu_kernel<Q, SW>, swiglu_shape<SW>::threads>(resident);
+        if (r != cudaSuccess) return r;
+        const int n_pairs = n_tok * k;
+        if (n_out / 32 * n_pairs <= resident || swiglu_any_waves())
+          return launch_mv_swiglu<Q, SW>(p, n_pairs, qh.q, qh.ds, resident, stream);
+        // A second wave of fused blocks would double the passes on the critical path: the two
+        // launches instead (the same bits).
+        const cudaError_t m = launch_mv<Q, rows_of<Q>(), SW>(p, n_pairs, stream);
+        if (m != cudaSuccess) return m;
+        return launch_moe_swiglu_q8(gate_up[0].y, gate_up[1].y, gate_up[0].y, n_pairs, static_cast<int>(n_out), h_work,
+                                    stream);
       });
     }
   });

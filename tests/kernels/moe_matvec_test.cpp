@@ -9,8 +9,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/matvec.h"
@@ -146,10 +148,11 @@ TEST(moe, matvec_rejects_bad_arguments) {
 // The launch with the SwiGLU in it (launch_moe_matvec_swiglu) against gate and up by
 // launch_moe_matvec_multi, then launch_moe_swiglu_q8: the same bits in h and in h's int8 copy,
 // invalid ids (NaN rows) included.
-void check_matvec_swiglu(ggml_type t, int n_expert, int64_t n_in, int64_t n_out, int n_tok, int k, bool bad_id) {
+void check_matvec_swiglu(ggml_type t, int n_expert, int64_t n_in, int64_t n_out, int n_tok, int k, bool bad_id,
+                         bool any_waves = false) {
   const std::string what = std::string(type_name(t)) + " E " + std::to_string(n_expert) + " " +
                            std::to_string(n_out) + "x" + std::to_string(n_in) + " tok " + std::to_string(n_tok) +
-                           " k " + std::to_string(k) + (bad_id ? " bad id" : "");
+                           " k " + std::to_string(k) + (bad_id ? " bad id" : "") + (any_waves ? " any waves" : "");
   SCOPED_TRACE(what);
   const experts gate = make_experts(t, n_expert, n_in, n_out, 70), up = make_experts(t, n_expert, n_in, n_out, 970);
   const int n_pairs = n_tok * k;
@@ -165,12 +168,16 @@ void check_matvec_swiglu(ggml_type t, int n_expert, int64_t n_in, int64_t n_out,
                                     xw.p, nullptr),
             cudaSuccess);
   ASSERT_EQ(launch_moe_swiglu_q8(g.p, u.p, g.p, n_pairs, int(n_out), hw1.p, nullptr), cudaSuccess);
-  dev<float> unused(size_t(1));
-  const moe_matvec_output fused[2] = {{wg.p, h2.p}, {wu.p, unused.p}};
+  dev<float> scratch(size_t(n_pairs * n_out));
+  const moe_matvec_output fused[2] = {{wg.p, h2.p}, {wu.p, scratch.p}};
   ASSERT_TRUE(gpu_can_moe_matvec_swiglu(t, n_out));
-  ASSERT_EQ(launch_moe_matvec_swiglu(t, fused, gate.stride, n_expert, n_in, n_out, xw.p, n_tok, k, ids.p, hw2.p,
-                                     nullptr),
-            cudaSuccess);
+  // any_waves: the fused kernel even past one wave of blocks (its grid-stride loop), else the
+  // launcher's own choice.
+  if (any_waves) setenv("TANDEM_MOE_SWIGLU_ANY_WAVES", "1", 1);
+  const cudaError_t e =
+      launch_moe_matvec_swiglu(t, fused, gate.stride, n_expert, n_in, n_out, xw.p, n_tok, k, ids.p, hw2.p, nullptr);
+  unsetenv("TANDEM_MOE_SWIGLU_ANY_WAVES");
+  ASSERT_EQ(e, cudaSuccess);
   // The same bits, or NaN in both (an invalid pair's rows: which NaN the arithmetic leaves is
   // not specified).
   const auto same = [](const float* a, const float* b, size_t n, const char* what) {
@@ -203,12 +210,15 @@ TEST_P(moe_types, matvec_swiglu_is_matvec_then_swiglu_bits) {
     return;
   }
   // 256 inputs: 8-lane sub-warps for K-quants (one pass a unit); 768: 16 lanes; 2048: whole
-  // warps (two passes a unit). The Qwen shapes: 512 (Qwen3.5-35B) and 768 (Qwen3-30B) rows.
+  // warps (two passes a unit). The Qwen shapes: 512 (Qwen3.5-35B) and 768 (Qwen3-30B) rows; the
+  // 35B's one token is 128 units, one wave on an H200 (132 SMs, one block each).
   check_matvec_swiglu(t, 128, 256, 64, 1, 8, false);
   check_matvec_swiglu(t, 4, 768, 96, 3, 2, false);
   check_matvec_swiglu(t, 16, 2048, 512, 1, 8, true);
-  check_matvec_swiglu(t, 32, 2048, 768, 8, 8, false);
+  check_matvec_swiglu(t, 32, 2048, 768, 8, 8, false);        // 1,536 units: the two launches
+  check_matvec_swiglu(t, 32, 2048, 768, 8, 8, false, true);  // the same fused, blocks taking several
   check_matvec_swiglu(t, 6, 512, 32, 5, 1, true);
+  check_matvec_swiglu(t, 6, 512, 32, 5, 1, true, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(all, moe_types, ::testing::ValuesIn(k_types),
@@ -243,51 +253,67 @@ TEST(moe, matvec_swiglu_rejects_bad_arguments) {
 
 // ---- Benchmarks ---------------------------------------------------------------------------
 
-// Qwen3-30B-A3B shapes, Q4_K: 128 experts x (768 x 2048) gate/up fused, one token, top-8, from
-// CUDA graphs (so also capturable): GB/s of the active expert bytes, against launch_matvec on a
-// dense matrix of the same active rows (8 * 768 * 2 x 2048). Several layer copies (> L2).
+// The Qwen3-30B-A3B and Qwen3.5-35B-A3B expert shapes, Q4_K (128 experts x 768 x 2048 and 256 x
+// 512 x 2048), gate/up fused, 1, 4 and 8 tokens, top-8, from CUDA graphs (so also capturable):
+// GB/s of the active expert bytes; the SwiGLU as its own launch against launch_moe_matvec_swiglu
+// (its choice, and the fused kernel at any waves); launch_matvec on a dense matrix of the same
+// active rows. Several layer copies (> L2).
 TEST(big, moe_decode_bandwidth) {
   REQUIRE_GPU();
-  const int n_expert = 128, k = 8, layers = 6;
-  const int64_t n_in = 2048, n_ff = 768;
-  const size_t rb = *row_bytes(ggml_type::q4_k, n_in), stride = rb * n_ff;
-  const auto tile = quantize_matrix(ggml_type::q4_k, randoms(size_t(n_in * 64), 1), n_in, 64);
-  std::vector<uint8_t> all(stride * n_expert * layers);
-  for (size_t i = 0; i < all.size(); i += tile.size()) std::copy_n(tile.begin(), std::min(tile.size(), all.size() - i), all.begin() + i);
-  dev<uint8_t> wg(all), wu(all), work(moe_matvec_work_bytes(n_in, 8)), hwork(moe_matvec_work_bytes(n_ff, 8 * k));
-  dev<float> x(randoms(size_t(n_in * 8), 2)), yg(size_t(8 * k * n_ff)), yu(size_t(8 * k * n_ff));
-  for (int n_tok : {1, 4, 8}) {
-    dev<int32_t> ids(random_ids(n_tok, k, n_expert, 3));
-    const double us = time_us([&](int i, cudaStream_t s) {
+  const int k = 8, layers = 6;
+  const int64_t n_in = 2048;
+  for (const auto& [n_expert, n_ff] : {std::pair<int, int64_t>{128, 768}, std::pair<int, int64_t>{256, 512}}) {
+    const size_t rb = *row_bytes(ggml_type::q4_k, n_in), stride = rb * n_ff;
+    const auto tile = quantize_matrix(ggml_type::q4_k, randoms(size_t(n_in * 64), 1), n_in, 64);
+    std::vector<uint8_t> all(stride * n_expert * layers);
+    for (size_t i = 0; i < all.size(); i += tile.size())
+      std::copy_n(tile.begin(), std::min(tile.size(), all.size() - i), all.begin() + i);
+    dev<uint8_t> wg(all), wu(all), work(moe_matvec_work_bytes(n_in, 8)), hwork(moe_matvec_work_bytes(n_ff, 8 * k));
+    dev<float> x(randoms(size_t(n_in * 8), 2)), yg(size_t(8 * k * n_ff)), yu(size_t(8 * k * n_ff));
+    for (int n_tok : {1, 4, 8}) {
+      dev<int32_t> ids(random_ids(n_tok, k, n_expert, 3));
+      const auto outs = [&](int i) {
+        const size_t off = stride * n_expert * (i % layers);
+        return std::pair<moe_matvec_output, moe_matvec_output>{{wg.p + off, yg.p}, {wu.p + off, yu.p}};
+      };
+      const double us = time_us([&](int i, cudaStream_t s) {
+        const auto [og, ou] = outs(i);
+        const moe_matvec_output o[2] = {og, ou};
+        launch_moe_matvec_multi(ggml_type::q4_k, o, 2, stride, n_expert, n_in, n_ff, x.p, 0, false, n_tok, k, ids.p,
+                                work.p, s);
+      }, true);
+      const double bytes = 2.0 * n_tok * k * stride;  // upper bound: repeated experts across tokens count twice
+      std::printf("moe %d x %lld gate+up q4_k tok %d: %.1f us, %.0f GB/s of pair bytes\n", n_expert,
+                  static_cast<long long>(n_ff), n_tok, us, bytes / us / 1e3);
+      // The SwiGLU, from the copy of x the launch above left in work.
+      const double both = time_us([&](int i, cudaStream_t s) {
+        const auto [og, ou] = outs(i);
+        const moe_matvec_output o[2] = {og, ou};
+        launch_moe_matvec_multi(ggml_type::q4_k, o, 2, stride, n_expert, n_in, n_ff, x.p, 0, true, n_tok, k, ids.p,
+                                work.p, s);
+        launch_moe_swiglu_q8(yg.p, yu.p, yg.p, n_tok * k, int(n_ff), hwork.p, s);
+      }, true);
+      const auto fused = [&](bool any_waves) {
+        if (any_waves) setenv("TANDEM_MOE_SWIGLU_ANY_WAVES", "1", 1);
+        const double t = time_us([&](int i, cudaStream_t s) {
+          const auto [og, ou] = outs(i);
+          const moe_matvec_output o[2] = {og, ou};
+          launch_moe_matvec_swiglu(ggml_type::q4_k, o, stride, n_expert, n_in, n_ff, work.p, n_tok, k, ids.p, hwork.p,
+                                   s);
+        }, true);
+        unsetenv("TANDEM_MOE_SWIGLU_ANY_WAVES");
+        return t;
+      };
+      const double chosen = fused(false), forced = fused(true);
+      std::printf("moe %d x %lld gate+up+swiglu q4_k tok %d: two launches %.1f us, launch_moe_matvec_swiglu %.1f us, "
+                  "fused at any waves %.1f us\n", n_expert, static_cast<long long>(n_ff), n_tok, both, chosen, forced);
+    }
+    const double dense = time_us([&](int i, cudaStream_t s) {
       const size_t off = stride * n_expert * (i % layers);
-      const moe_matvec_output o[2] = {{wg.p + off, yg.p}, {wu.p + off, yu.p}};
-      launch_moe_matvec_multi(ggml_type::q4_k, o, 2, stride, n_expert, n_in, n_ff, x.p, 0, false, n_tok, k, ids.p,
-                              work.p, s);
+      launch_matvec(ggml_type::q4_k, wg.p + off, n_in, 2 * k * n_ff, x.p, 1, yg.p, work.p, s);
     }, true);
-    const double bytes = 2.0 * n_tok * k * stride;  // upper bound: repeated experts across tokens count twice
-    std::printf("moe gate+up q4_k tok %d: %.1f us, %.0f GB/s of pair bytes\n", n_tok, us, bytes / us / 1e3);
-    // The SwiGLU in the launch, from the copy of x the launch above left in work; against the
-    // two launches it replaces (the one above and launch_moe_swiglu_q8).
-    const double both = time_us([&](int i, cudaStream_t s) {
-      const size_t off = stride * n_expert * (i % layers);
-      const moe_matvec_output o[2] = {{wg.p + off, yg.p}, {wu.p + off, yu.p}};
-      launch_moe_matvec_multi(ggml_type::q4_k, o, 2, stride, n_expert, n_in, n_ff, x.p, 0, true, n_tok, k, ids.p,
-                              work.p, s);
-      launch_moe_swiglu_q8(yg.p, yu.p, yg.p, n_tok * k, int(n_ff), hwork.p, s);
-    }, true);
-    const double fused = time_us([&](int i, cudaStream_t s) {
-      const size_t off = stride * n_expert * (i % layers);
-      const moe_matvec_output o[2] = {{wg.p + off, yg.p}, {wu.p + off, yu.p}};
-      launch_moe_matvec_swiglu(ggml_type::q4_k, o, stride, n_expert, n_in, n_ff, work.p, n_tok, k, ids.p, hwork.p, s);
-    }, true);
-    std::printf("moe gate+up+swiglu q4_k tok %d: two launches %.1f us, one %.1f us (%.0f GB/s)\n", n_tok, both, fused,
-                bytes / fused / 1e3);
+    std::printf("dense launch_matvec same active rows: %.1f us, %.0f GB/s\n", dense, 2.0 * k * stride / dense / 1e3);
   }
-  const double dense = time_us([&](int i, cudaStream_t s) {
-    const size_t off = stride * n_expert * (i % layers);
-    launch_matvec(ggml_type::q4_k, wg.p + off, n_in, 2 * k * n_ff, x.p, 1, yg.p, work.p, s);
-  }, true);
-  std::printf("dense launch_matvec same active rows: %.1f us, %.0f GB/s\n", dense, 2.0 * k * stride / dense / 1e3);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
