@@ -6,7 +6,8 @@
 # and 2048-wide head's mat-vecs; bench: random Q4_K_M models of PRESETS (default the
 # Qwen3-30B-A3B and Qwen3.5-35B-A3B shapes), the first with ceilings, the rest against them;
 # ab: tg128 of each preset under each of AB_ENVS (default "TANDEM_CUDA_FUSED_SWIGLU=0
-# TANDEM_CUDA_SIDE_STREAM=0"), one variable at a time, to set beside bench's figures;
+# TANDEM_MOE_SWIGLU_ANY_WAVES=1 TANDEM_CUDA_SIDE_STREAM=0"), one variable at a time, to set
+# beside bench's figures;
 # profile: where a prefill token of the last preset goes (launch groups, no graphs); decode:
 # where a decode token of each preset goes, kernel by kernel (ncu on a 4-layer copy, graphs off;
 # scripts/ncu_last_token.py).
@@ -63,7 +64,7 @@ fi
 if has ab; then
   wait
   for p in $presets; do
-    for v in ${AB_ENVS:-TANDEM_CUDA_FUSED_SWIGLU=0 TANDEM_CUDA_SIDE_STREAM=0}; do
+    for v in ${AB_ENVS:-TANDEM_CUDA_FUSED_SWIGLU=0 TANDEM_MOE_SWIGLU_ANY_WAVES=1 TANDEM_CUDA_SIDE_STREAM=0}; do
       echo "$v:"
       env "$v" "$tm" bench -m "$(model "$p")" -p 0 -n 128 -r 2 --no-ceilings 2>&1 | grep -E "^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'
     done
