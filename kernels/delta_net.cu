@@ -374,8 +374,9 @@ __global__ void __launch_bounds__(k_dec_warps * 32) dn_rule_decode_kernel(const 
 #pragma unroll
   for (int r = 0; r < RT; ++r) s[r] = pos0 == 0 ? 0.f : S[static_cast<int64_t>(r) * a.dv];
   pdl_wait();
-  // Three barriers a token; none is needed at its top: every read of kq, scal and part[0] comes
-  // before the last barrier of the previous token, part[1]'s after it but before two more.
+  // Three barriers a token; none is needed at its top: the previous token read kq, part[0] and
+  // most of scal before its last barrier, and part[1] and scal[1] (warp 0) after it but before
+  // this token's first, which every write of them here follows.
   for (int t = 0; t < n; ++t) {
     const int64_t row = static_cast<int64_t>(t0) + t;
     for (int e = threadIdx.x; e < DK; e += k_dec_warps * 32) {

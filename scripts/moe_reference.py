@@ -26,17 +26,15 @@ The CPU test tests/engine/convert/transformers_reference_test.cpp imports each d
 compares.
 """
 import argparse
-import json
-import os
 import sys
 
 for _name in ("fla", "causal_conv1d"):
     sys.modules[_name] = None
 
 import torch  # noqa: E402
-import transformers  # noqa: E402
 
-PROMPT_LEN, N_LOGIT_ROWS, N_NEW = 24, 4, 64
+from reference_run import greedy_run, write_reference  # noqa: E402
+
 VOCAB, HIDDEN, HEAD_DIM, CONV_K = 512, 64, 32, 4
 N_EXPERT, TOP_K, FF_EXP, FF_SHEXP = 8, 2, 32, 48
 
@@ -132,17 +130,6 @@ class routing_margins:
         self.min = min(self.min, float((top[:, TOP_K - 1] - top[:, TOP_K]).min()))
 
 
-def margin(row):
-    top = torch.topk(row, 2).values
-    return float(top[0] - top[1])
-
-
-def forward(model, ids, start, cache):
-    pos = torch.arange(start, start + ids.shape[1]).unsqueeze(0)
-    out = model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
-    return out.logits[0].float(), out.past_key_values
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_dir")
@@ -156,56 +143,13 @@ def main():
     randomize(model, zero_centred)
     routes = routing_margins(model)
 
-    prompt = [(17 * i * i + 31 * i + 7) % VOCAB for i in range(PROMPT_LEN)]
-    logits, cache = forward(model, torch.tensor([prompt]), 0, None)
-    assert cache is not None, "the model returned no cache"
-    prompt_logits = logits
-    margins = [margin(r) for r in prompt_logits]
-    greedy, nxt = [], int(prompt_logits[-1].argmax())
-    for step in range(N_NEW):
-        greedy.append(nxt)
-        logits, cache = forward(model, torch.tensor([[nxt]]), PROMPT_LEN + step, cache)
-        margins.append(margin(logits[-1]))
-        nxt = int(logits[-1].argmax())
-
-    full = torch.tensor([prompt + greedy])
-    out = model(input_ids=full, position_ids=torch.arange(full.shape[1]).unsqueeze(0), use_cache=False)
-    nocache_argmax = [int(i) for i in out.logits[0].argmax(-1)]
-    if nocache_argmax[PROMPT_LEN - 1:PROMPT_LEN - 1 + N_NEW] != greedy:
-        raise SystemExit("cached greedy decode and the no-cache pass disagree")
-    if nocache_argmax[:PROMPT_LEN] != [int(i) for i in prompt_logits.argmax(-1)]:
-        raise SystemExit("the no-cache pass disagrees with the prompt pass")
-    scale = float(prompt_logits.abs().max())
-    if min(margins) < 2e-4 * max(1.0, scale):
-        raise SystemExit(f"greedy is within {min(margins):.2e} of a tie; try another --seed")
+    run, scale = greedy_run(model, VOCAB)
     # Router probabilities are O(1/k); fp32 differences are ~1e-6 of them.
     if routes.min < 1e-4:
         raise SystemExit(f"an expert choice is within {routes.min:.2e} of a tie; try another --seed")
-
-    os.makedirs(args.out_dir, exist_ok=True)
-    model.save_pretrained(args.out_dir)
-    model.config.to_json_file(os.path.join(args.out_dir, "config.json"), use_diff=False)
-    rows = list(range(PROMPT_LEN - N_LOGIT_ROWS, PROMPT_LEN))
-    ref = {
-        "generator": "scripts/moe_reference.py --arch " + args.arch,
-        "seed": args.seed,
-        "torch_version": torch.__version__,
-        "transformers_version": transformers.__version__,
-        "prompt": prompt,
-        "logits_positions": rows,
-        "logits": [[float(x) for x in prompt_logits[r]] for r in rows],
-        "prompt_argmax": [int(i) for i in prompt_logits.argmax(-1)],
-        "greedy": greedy,
-        "nocache_argmax": nocache_argmax,
-        "min_margin": min(margins),
-        "min_routing_margin": routes.min,
-    }
-    with open(os.path.join(args.out_dir, "reference.json"), "w") as f:
-        json.dump(ref, f)
-        f.write("\n")
-    total = sum(os.path.getsize(os.path.join(args.out_dir, n)) for n in os.listdir(args.out_dir))
-    print(f"wrote {args.out_dir}: {total / 1e6:.2f} MB, min top-2 margin {min(margins):.3g}, "
-          f"min routing margin {routes.min:.3g}, logit scale {scale:.3g}, greedy {greedy[:8]}...")
+    write_reference(args.out_dir, model, "scripts/moe_reference.py --arch " + args.arch, args.seed, run, scale,
+                    extra={"min_routing_margin": routes.min},
+                    extra_note=f"min routing margin {routes.min:.3g}, ")
 
 
 if __name__ == "__main__":

@@ -22,8 +22,6 @@ The CPU test tests/engine/convert/transformers_reference_test.cpp imports OUT_DI
 compares (OUT_DIR = tests/reference/qwen35_tiny).
 """
 import argparse
-import json
-import os
 import sys
 
 # Hide the optional fast-kernel packages before transformers looks for them: its kernel decorators
@@ -32,14 +30,14 @@ for _name in ("fla", "causal_conv1d"):
     sys.modules[_name] = None
 
 import torch  # noqa: E402
-import transformers  # noqa: E402
+
+from reference_run import greedy_run, write_reference  # noqa: E402
 
 try:
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 except ImportError:  # older 5.x releases export them only from the model package
     from transformers.models.qwen3_5 import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
-PROMPT_LEN, N_LOGIT_ROWS, N_NEW = 24, 4, 64
 VOCAB, HIDDEN, HEAD_DIM, CONV_K = 512, 64, 32, 4
 
 
@@ -99,18 +97,6 @@ def randomize(model):
                 raise SystemExit(f"no rule to randomize {name} {tuple(p.shape)}")
 
 
-def margin(row):
-    top = torch.topk(row, 2).values
-    return float(top[0] - top[1])
-
-
-def forward(model, ids, start, cache):
-    """Logits of every position of ids (which start at position `start`), and the grown cache."""
-    pos = torch.arange(start, start + ids.shape[1]).unsqueeze(0)
-    out = model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
-    return out.logits[0].float(), out.past_key_values
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_dir")
@@ -124,60 +110,8 @@ def main():
     assert model.config._attn_implementation == "eager", model.config._attn_implementation
     randomize(model)
 
-    prompt = [(17 * i * i + 31 * i + 7) % VOCAB for i in range(PROMPT_LEN)]
-    ids = torch.tensor([prompt])
-
-    # Prompt in one pass with the cache (chunked rule, one chunk), then greedy decode one token at
-    # a time (recurrent rule, conv state, KV cache).
-    logits, cache = forward(model, ids, 0, None)
-    assert cache is not None, "the model returned no cache"
-    prompt_logits = logits
-    margins = [margin(r) for r in prompt_logits]
-    greedy, nxt = [], int(prompt_logits[-1].argmax())
-    for step in range(N_NEW):
-        greedy.append(nxt)
-        logits, cache = forward(model, torch.tensor([[nxt]]), PROMPT_LEN + step, cache)
-        margins.append(margin(logits[-1]))
-        nxt = int(logits[-1].argmax())
-
-    # No cache over prompt + continuation: 88 tokens, so the chunked rule crosses a chunk (64).
-    full = torch.tensor([prompt + greedy])
-    out = model(input_ids=full, position_ids=torch.arange(full.shape[1]).unsqueeze(0), use_cache=False)
-    nocache_argmax = [int(i) for i in out.logits[0].argmax(-1)]
-    if nocache_argmax[PROMPT_LEN - 1:PROMPT_LEN - 1 + N_NEW] != greedy:
-        raise SystemExit("cached greedy decode and the no-cache pass disagree")
-    if nocache_argmax[:PROMPT_LEN] != [int(i) for i in prompt_logits.argmax(-1)]:
-        raise SystemExit("the no-cache pass disagrees with the prompt pass")
-    scale = float(prompt_logits.abs().max())
-    # fp32 CPU logits differ from these by ~1e-5 of the scale: 2e-4 keeps greedy far from a flip.
-    if min(margins) < 2e-4 * max(1.0, scale):
-        raise SystemExit(f"greedy is within {min(margins):.2e} of a tie; try another --seed")
-
-    os.makedirs(args.out_dir, exist_ok=True)
-    model.save_pretrained(args.out_dir)
-    # save_pretrained writes only the fields that differ from the defaults; write them all so
-    # the importer reads explicit values.
-    model.config.to_json_file(os.path.join(args.out_dir, "config.json"), use_diff=False)
-    rows = list(range(PROMPT_LEN - N_LOGIT_ROWS, PROMPT_LEN))
-    ref = {
-        "generator": "scripts/qwen35_reference.py",
-        "seed": args.seed,
-        "torch_version": torch.__version__,
-        "transformers_version": transformers.__version__,
-        "prompt": prompt,
-        "logits_positions": rows,
-        "logits": [[float(x) for x in prompt_logits[r]] for r in rows],
-        "prompt_argmax": [int(i) for i in prompt_logits.argmax(-1)],
-        "greedy": greedy,
-        "nocache_argmax": nocache_argmax,
-        "min_margin": min(margins),
-    }
-    with open(os.path.join(args.out_dir, "reference.json"), "w") as f:
-        json.dump(ref, f)
-        f.write("\n")
-    total = sum(os.path.getsize(os.path.join(args.out_dir, n)) for n in os.listdir(args.out_dir))
-    print(f"wrote {args.out_dir}: {total / 1e6:.2f} MB, min top-2 margin {min(margins):.3g}, "
-          f"logit scale {scale:.3g}, greedy {greedy[:8]}...")
+    run, scale = greedy_run(model, VOCAB)
+    write_reference(args.out_dir, model, "scripts/qwen35_reference.py", args.seed, run, scale)
 
 
 if __name__ == "__main__":

@@ -130,14 +130,7 @@ std::optional<int> chat_session::turn(const std::string& text) {
   stream_options so;
   so.json = g_.json;
   so.waiting_label = "thinking";
-  bool mid_line = false;
-  so.on_text = [&mid_line](const std::string& t) {
-    std::fwrite(t.data(), 1, t.size(), stdout);
-    std::fflush(stdout);
-    if (!t.empty()) mid_line = t.back() != '\n';
-  };
-  auto gen = stream_generation(c_, req, so);
-  if (mid_line) std::fputc('\n', stdout);
+  auto gen = stream_to_stdout(c_, req, so);
   if (!gen.ok()) {
     history_.pop_back();  // the turn did not happen
     const auto st = gen.fail().status;

@@ -58,6 +58,18 @@ outcome<generate_result> stream_generation(connection& c, const generate_request
   return to_outcome(c.generate(request, h));
 }
 
+outcome<generate_result> stream_to_stdout(connection& c, const generate_request& request, stream_options opt) {
+  bool mid_line = false;  // the text so far does not end with a newline
+  opt.on_text = [&mid_line](const std::string& t) {
+    std::fwrite(t.data(), 1, t.size(), stdout);
+    std::fflush(stdout);
+    if (!t.empty()) mid_line = t.back() != '\n';
+  };
+  auto gen = stream_generation(c, request, opt);
+  if (mid_line) std::fputc('\n', stdout);
+  return gen;
+}
+
 std::string describe_stats(const generate_result& r) {
   char buf[320];
   std::snprintf(buf, sizeof buf,

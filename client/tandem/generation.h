@@ -44,6 +44,10 @@ struct stream_options {
 outcome<generate_result> stream_generation(connection& c, const generate_request& request,
                                            const stream_options& opt);
 
+// stream_generation with opt.on_text writing each chunk to stdout as it arrives. A reply that does
+// not end with a newline gets one afterwards, on an error too, so what follows starts a line.
+outcome<generate_result> stream_to_stdout(connection& c, const generate_request& request, stream_options opt);
+
 // "12 tokens in 0.8s (15.0 tok/s), prompt 5 tokens (120.0 tok/s), finish: length".
 std::string describe_stats(const generate_result& result);
 

@@ -52,18 +52,8 @@ int run(const global_options& g, const run_options& o) {
   stream_options so;
   so.json = g.json;
   so.waiting_label = "waiting for " + (req->model.empty() ? std::string("the default model") : "'" + req->model + "'");
-  bool mid_line = false;  // the text so far does not end with a newline
-  so.on_text = [&mid_line](const std::string& t) {
-    std::fwrite(t.data(), 1, t.size(), stdout);
-    std::fflush(stdout);
-    if (!t.empty()) mid_line = t.back() != '\n';
-  };
-  auto gen = stream_generation(*c, *req, so);
-  if (!gen.ok()) {
-    if (mid_line) std::fputc('\n', stdout);  // end a partial answer before the error
-    return report(gen.fail());
-  }
-  if (mid_line) std::fputc('\n', stdout);
+  auto gen = stream_to_stdout(*c, *req, so);
+  if (!gen.ok()) return report(gen.fail());
   std::fflush(stdout);
   if (o.verbose) std::fprintf(stderr, "%s\n", describe_stats(*gen).c_str());
   return to_int(gen->cancel_sent ? exit_status::interrupted : exit_status::ok);

@@ -15,7 +15,6 @@
 #include "model/arch_spec.h"
 #include "presets.h"
 #include "producers.h"
-#include "progress.h"
 #include "quant/quant.h"
 #include "quant_mix.h"
 #include "row_work.h"
@@ -201,12 +200,7 @@ void run_make(const make_options& o) {
     status st = w.add_tensor(s.name, type, s.shape, tensor_producer(s, type, o, threads));
     if (!st) fail(s.name + ": " + st.message());
   }
-  progress bar("make " + o.output, o.quiet);
-  status st = w.write(o.output, [&bar](size_t i, size_t n, uint64_t b, uint64_t total) {
-    bar.update(i, n, b, total);
-  });
-  if (!st) fail(st.message());
-  bar.finish();
+  write_with_progress(w, o.output, "make", o.quiet);
 }
 
 }  // namespace

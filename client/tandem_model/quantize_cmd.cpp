@@ -10,7 +10,6 @@
 #include "gguf/gguf_reader.h"
 #include "gguf/gguf_writer.h"
 #include "producers.h"
-#include "progress.h"
 #include "quant/quant.h"
 #include "quant_mix.h"
 #include "row_work.h"
@@ -95,12 +94,7 @@ void run_quantize(const quantize_options& o) {
     status st = w.add_tensor(t.name, type, std::move(dims), convert_producer(t, type, threads));
     if (!st) fail(t.name + ": " + st.message());
   }
-  progress bar("quantize " + o.output, o.quiet);
-  status st = w.write(o.output, [&bar](size_t i, size_t n, uint64_t b, uint64_t total) {
-    bar.update(i, n, b, total);
-  });
-  if (!st) fail(st.message());
-  bar.finish();
+  write_with_progress(w, o.output, "quantize", o.quiet);
 }
 
 }  // namespace

@@ -44,6 +44,25 @@ status check_silu(const config_reader& c) {
   return {};
 }
 
+status read_size_fields(const config_reader& c, hparams& hp) {
+  TANDEM_TRY(c.u32("vocab_size", hp.n_vocab, false));
+  TANDEM_TRY(c.u32("hidden_size", hp.n_embd, false));
+  TANDEM_TRY(c.u32("num_hidden_layers", hp.n_layer, false));
+  TANDEM_TRY(c.u32("intermediate_size", hp.n_ff, false));
+  TANDEM_TRY(c.u32("num_attention_heads", hp.n_head, false));
+  TANDEM_TRY(c.u32("num_key_value_heads", hp.n_head_kv, false));
+  TANDEM_TRY(c.u32("max_position_embeddings", hp.n_ctx_train, false));
+  TANDEM_TRY(c.u32("head_dim", hp.head_dim, false));
+  return {};
+}
+
+status read_norm_rope_tie(const config_reader& c, hparams& hp) {
+  TANDEM_TRY(c.positive_float(c.get("rms_norm_eps"), "rms_norm_eps", hp.rms_eps));
+  TANDEM_TRY(read_rope_theta(c, hp.rope_theta));
+  TANDEM_TRY(c.boolean("tie_word_embeddings", hp.tied_output));
+  return {};
+}
+
 status check_heads(const config_reader& c, hparams& hp) {
   const std::string& l = c.label();
   if (hp.n_head % hp.n_head_kv != 0)
@@ -403,12 +422,11 @@ result<hf_config> parse_hf_config(std::string_view json_text, const std::string&
   hp.head_dim = 0;
   TANDEM_TRY(c.u32("head_dim", hp.head_dim, false));
   TANDEM_TRY(hf_detail::check_heads(c, hp));
-  hp.rms_eps = 1e-6f;  // the default of all three transformers configs
-  TANDEM_TRY(c.positive_float(c.get("rms_norm_eps"), "rms_norm_eps", hp.rms_eps));
+  // The defaults of all three transformers configs.
+  hp.rms_eps = 1e-6f;
   hp.rope_theta = 10000.f;
-  TANDEM_TRY(read_rope_theta(c, hp.rope_theta));
-  hp.tied_output = false;  // the default of all three transformers configs
-  TANDEM_TRY(c.boolean("tie_word_embeddings", hp.tied_output));
+  hp.tied_output = false;
+  TANDEM_TRY(read_norm_rope_tie(c, hp));
   return cfg;
 }
 

@@ -89,6 +89,11 @@ class config_reader {
 status read_rope_theta(const config_reader& c, float& theta);
 // hidden_act must be silu.
 status check_silu(const config_reader& c);
+// The sizes (vocab_size, hidden_size, num_hidden_layers, intermediate_size, the head counts,
+// max_position_embeddings, head_dim) over hp's defaults: none is required.
+status read_size_fields(const config_reader& c, hparams& hp);
+// rms_norm_eps, rope_theta (read_rope_theta) and tie_word_embeddings over hp's defaults.
+status read_norm_rope_tie(const config_reader& c, hparams& hp);
 // num_key_value_heads divides num_attention_heads; head_dim (hidden / heads when absent) is even;
 // rope_dim is set to it.
 status check_heads(const config_reader& c, hparams& hp);

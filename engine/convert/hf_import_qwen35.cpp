@@ -165,20 +165,11 @@ status read_fields(const config_reader& c, hparams& hp) {
   TANDEM_TRY(c.refuse_true("attention_bias", "the qwen35 architecture has no attention biases"));
   if (const json* g = c.get("attn_output_gate"); g && *g == false)
     return make_error(c.label(), ": attn_output_gate is false; qwen35 attention always has the output gate");
-  TANDEM_TRY(c.u32("vocab_size", hp.n_vocab, false));
-  TANDEM_TRY(c.u32("hidden_size", hp.n_embd, false));
-  TANDEM_TRY(c.u32("num_hidden_layers", hp.n_layer, false));
-  TANDEM_TRY(c.u32("intermediate_size", hp.n_ff, false));
-  TANDEM_TRY(c.u32("num_attention_heads", hp.n_head, false));
-  TANDEM_TRY(c.u32("num_key_value_heads", hp.n_head_kv, false));
-  TANDEM_TRY(c.u32("max_position_embeddings", hp.n_ctx_train, false));
-  TANDEM_TRY(c.u32("head_dim", hp.head_dim, false));
+  TANDEM_TRY(read_size_fields(c, hp));
   if (hp.n_head % hp.n_head_kv != 0)
     return make_error(c.label(), ": num_attention_heads (", hp.n_head, ") is not a multiple of num_key_value_heads (",
                       hp.n_head_kv, ")");
-  TANDEM_TRY(c.positive_float(c.get("rms_norm_eps"), "rms_norm_eps", hp.rms_eps));
-  TANDEM_TRY(read_rope_theta(c, hp.rope_theta));
-  TANDEM_TRY(c.boolean("tie_word_embeddings", hp.tied_output));
+  TANDEM_TRY(read_norm_rope_tie(c, hp));
   TANDEM_TRY(c.u32("linear_conv_kernel_dim", hp.ssm_conv_kernel, false));
   TANDEM_TRY(c.u32("linear_key_head_dim", hp.ssm_state, false));
   TANDEM_TRY(c.u32("linear_num_key_heads", hp.ssm_groups, false));

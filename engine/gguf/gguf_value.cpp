@@ -37,29 +37,24 @@ std::string_view gguf_type_name(gguf_type t) {
   return "unknown";
 }
 
-gguf_value gguf_string_array(const std::vector<std::string>& items) {
+namespace {
+
+template <class T>
+gguf_value array_of(gguf_type elem_type, const std::vector<T>& items) {
   gguf_array a;
-  a.elem_type = gguf_type::string;
+  a.elem_type = elem_type;
   a.items.reserve(items.size());
-  for (const auto& s : items) a.items.push_back(gguf_value{s});
+  for (const T& x : items) a.items.push_back(gguf_value{x});
   return gguf_value{std::move(a)};
 }
 
-gguf_value gguf_i32_array(const std::vector<int32_t>& items) {
-  gguf_array a;
-  a.elem_type = gguf_type::i32;
-  a.items.reserve(items.size());
-  for (int32_t x : items) a.items.push_back(gguf_value{x});
-  return gguf_value{std::move(a)};
-}
+}  // namespace
 
-gguf_value gguf_f32_array(const std::vector<float>& items) {
-  gguf_array a;
-  a.elem_type = gguf_type::f32;
-  a.items.reserve(items.size());
-  for (float x : items) a.items.push_back(gguf_value{x});
-  return gguf_value{std::move(a)};
-}
+gguf_value gguf_string_array(const std::vector<std::string>& items) { return array_of(gguf_type::string, items); }
+
+gguf_value gguf_i32_array(const std::vector<int32_t>& items) { return array_of(gguf_type::i32, items); }
+
+gguf_value gguf_f32_array(const std::vector<float>& items) { return array_of(gguf_type::f32, items); }
 
 namespace gguf_detail {
 

@@ -31,46 +31,20 @@ void dequant_bf16(const uint16_t* TANDEM_RESTRICT x, float* TANDEM_RESTRICT y, i
 
 inline float to_f(int v) { return static_cast<float>(v); }
 
-// Q4_0: y[j] = d*((qs[j] & 15) - 8), y[j+16] = d*((qs[j] >> 4) - 8).
-TANDEM_QUANT_MULTIVERSION
-void dequant_q4_0(const block_q4_0* TANDEM_RESTRICT x, float* TANDEM_RESTRICT y, int64_t nb) {
+// Q4_0 / Q4_1 / Q5_0 / Q5_1: byte j of qs holds value j (low nibble) and j+16 (high nibble); a Q5
+// value's 5th bit is bit j of qh (little-endian u32; Q4's qh = 0 folds away). The _0 types give
+// y = (q - 8)*d or (q - 16)*d, the _1 types y = q*d + m.
+template <class Block>
+TANDEM_QUANT_MULTIVERSION void dequant_small(const Block* TANDEM_RESTRICT x, float* TANDEM_RESTRICT y, int64_t nb) {
+  constexpr bool five_bit = requires(const Block& b) { b.qh; };
+  constexpr bool stored_min = requires(const Block& b) { b.m; };
+  constexpr int zero = five_bit ? 16 : 8;
   for (int64_t i = 0; i < nb; ++i, y += qk_small) {
     const float d = scale_to_f32(x[i].d);
-    for (int g = 0; g < 2; ++g) {
-      const words8 w = load8(x[i].qs + 8 * g);
-      TANDEM_SIMD
-      for (int l = 0; l < 8; ++l) {
-        y[8 * g + l] = to_f(static_cast<int>(byte_bits(w, l, 0) & 0xF) - 8) * d;
-        y[16 + 8 * g + l] = to_f(static_cast<int>(byte_bits(w, l, 4) & 0xF) - 8) * d;
-      }
-    }
-  }
-}
-
-// Q4_1: y = q*d + m, q in 0..15 (same nibble order as Q4_0).
-TANDEM_QUANT_MULTIVERSION
-void dequant_q4_1(const block_q4_1* TANDEM_RESTRICT x, float* TANDEM_RESTRICT y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += qk_small) {
-    const float d = scale_to_f32(x[i].d);
-    const float m = scale_to_f32(x[i].m);
-    for (int g = 0; g < 2; ++g) {
-      const words8 w = load8(x[i].qs + 8 * g);
-      TANDEM_SIMD
-      for (int l = 0; l < 8; ++l) {
-        y[8 * g + l] = to_f(static_cast<int>(byte_bits(w, l, 0) & 0xF)) * d + m;
-        y[16 + 8 * g + l] = to_f(static_cast<int>(byte_bits(w, l, 4) & 0xF)) * d + m;
-      }
-    }
-  }
-}
-
-// Q5_0: value j's 5th bit is bit j of qh (little-endian u32), value j+16's is bit j+16;
-// y = (q - 16)*d.
-TANDEM_QUANT_MULTIVERSION
-void dequant_q5_0(const block_q5_0* TANDEM_RESTRICT x, float* TANDEM_RESTRICT y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += qk_small) {
-    const float d = scale_to_f32(x[i].d);
-    const uint32_t qh = load_u32(x[i].qh);
+    float m = 0.0f;
+    if constexpr (stored_min) m = scale_to_f32(x[i].m);
+    uint32_t qh = 0;
+    if constexpr (five_bit) qh = load_u32(x[i].qh);
     for (int g = 0; g < 2; ++g) {
       const words8 w = load8(x[i].qs + 8 * g);
       TANDEM_SIMD
@@ -78,29 +52,13 @@ void dequant_q5_0(const block_q5_0* TANDEM_RESTRICT x, float* TANDEM_RESTRICT y,
         const int j = 8 * g + l;
         const int lo = static_cast<int>((byte_bits(w, l, 0) & 0xF) | (((qh >> j) & 1) << 4));
         const int hi = static_cast<int>((byte_bits(w, l, 4) & 0xF) | (((qh >> (j + 16)) & 1) << 4));
-        y[j] = to_f(lo - 16) * d;
-        y[16 + j] = to_f(hi - 16) * d;
-      }
-    }
-  }
-}
-
-// Q5_1: Q5_0's bit placement, y = q*d + m.
-TANDEM_QUANT_MULTIVERSION
-void dequant_q5_1(const block_q5_1* TANDEM_RESTRICT x, float* TANDEM_RESTRICT y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += qk_small) {
-    const float d = scale_to_f32(x[i].d);
-    const float m = scale_to_f32(x[i].m);
-    const uint32_t qh = load_u32(x[i].qh);
-    for (int g = 0; g < 2; ++g) {
-      const words8 w = load8(x[i].qs + 8 * g);
-      TANDEM_SIMD
-      for (int l = 0; l < 8; ++l) {
-        const int j = 8 * g + l;
-        const int lo = static_cast<int>((byte_bits(w, l, 0) & 0xF) | (((qh >> j) & 1) << 4));
-        const int hi = static_cast<int>((byte_bits(w, l, 4) & 0xF) | (((qh >> (j + 16)) & 1) << 4));
-        y[j] = to_f(lo) * d + m;
-        y[16 + j] = to_f(hi) * d + m;
+        if constexpr (stored_min) {
+          y[j] = to_f(lo) * d + m;
+          y[16 + j] = to_f(hi) * d + m;
+        } else {
+          y[j] = to_f(lo - zero) * d;
+          y[16 + j] = to_f(hi - zero) * d;
+        }
       }
     }
   }
@@ -228,13 +186,13 @@ void dequantize_row(ggml_type t, const void* src, float* dst, int64_t n) {
     case ggml_type::bf16:
       return dequant_bf16(static_cast<const uint16_t*>(src), dst, n);
     case ggml_type::q4_0:
-      return dequant_q4_0(static_cast<const block_q4_0*>(src), dst, n / qk_small);
+      return dequant_small(static_cast<const block_q4_0*>(src), dst, n / qk_small);
     case ggml_type::q4_1:
-      return dequant_q4_1(static_cast<const block_q4_1*>(src), dst, n / qk_small);
+      return dequant_small(static_cast<const block_q4_1*>(src), dst, n / qk_small);
     case ggml_type::q5_0:
-      return dequant_q5_0(static_cast<const block_q5_0*>(src), dst, n / qk_small);
+      return dequant_small(static_cast<const block_q5_0*>(src), dst, n / qk_small);
     case ggml_type::q5_1:
-      return dequant_q5_1(static_cast<const block_q5_1*>(src), dst, n / qk_small);
+      return dequant_small(static_cast<const block_q5_1*>(src), dst, n / qk_small);
     case ggml_type::q8_0:
       return dequant_q8_0(static_cast<const block_q8_0*>(src), dst, n / qk_small);
     case ggml_type::q4_k:

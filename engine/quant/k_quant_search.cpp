@@ -10,6 +10,24 @@ namespace {
 
 constexpr float tiny = 1e-30f;  // below this a group counts as all zero
 
+// The value of largest magnitude (the first of equals); for an all-zero group (every |x| below
+// tiny) 0, with its levels L set to 0, as the symmetric searches return scale 0 then.
+float peak_value(int n, const float* x, int8_t* L) {
+  float amax = 0.0f, vmax = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    if (a > amax) {
+      amax = a;
+      vmax = x[i];
+    }
+  }
+  if (amax < tiny) {
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    return 0.0f;
+  }
+  return vmax;
+}
+
 }  // namespace
 
 void default_weights(int n, const float* x, float* w) {
@@ -30,18 +48,8 @@ void default_weights(int n, const float* x, float* w) {
 
 float search_symmetric_scale(int n, int nmax, const float* x, const float* w, int8_t* L, int steps_down,
                              int steps_up) {
-  float amax = 0.0f, vmax = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    if (a > amax) {
-      amax = a;
-      vmax = x[i];
-    }
-  }
-  if (amax < tiny) {
-    for (int i = 0; i < n; ++i) L[i] = 0;
-    return 0.0f;
-  }
+  const float vmax = peak_value(n, x, L);
+  if (vmax == 0.0f) return 0.0f;
   float best_score = -1.0f;  // sum(wxL)^2 / sum(wL^2); larger is better
   float best_scale = 0.0f;
   float best_iscale = 0.0f;
@@ -75,18 +83,8 @@ float search_symmetric_scale(int n, int nmax, const float* x, const float* w, in
 }
 
 float naive_symmetric_scale(int n, int nmax, const float* x, int8_t* L) {
-  float amax = 0.0f, vmax = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    if (a > amax) {
-      amax = a;
-      vmax = x[i];
-    }
-  }
-  if (amax < tiny) {
-    for (int i = 0; i < n; ++i) L[i] = 0;
-    return 0.0f;
-  }
+  const float vmax = peak_value(n, x, L);
+  if (vmax == 0.0f) return 0.0f;
   const float scale = vmax / -static_cast<float>(nmax);
   const float iscale = 1.0f / scale;
   for (int i = 0; i < n; ++i)

@@ -36,42 +36,19 @@ inline float sum_lanes(const float* acc) {
 
 inline float to_f(int v) { return static_cast<float>(v); }
 
-TANDEM_QUANT_MULTIVERSION
-float dot_f32(const float* TANDEM_RESTRICT w, const float* TANDEM_RESTRICT x, int64_t n) {
-  float acc[lanes] = {};
-  int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    TANDEM_SIMD
-    for (int l = 0; l < lanes; ++l) acc[l] += w[i + l] * x[i + l];
-  }
-  float s = sum_lanes(acc);
-  for (; i < n; ++i) s += w[i] * x[i];
-  return s;
-}
+inline float f32_to_f32(float v) { return v; }
 
-TANDEM_QUANT_MULTIVERSION
-float dot_f16(const uint16_t* TANDEM_RESTRICT w, const float* TANDEM_RESTRICT x, int64_t n) {
+// F32 / F16 / BF16 rows: element i is to_f32(w[i]).
+template <class T, float (*to_f32)(T)>
+TANDEM_QUANT_MULTIVERSION float dot_plain(const T* TANDEM_RESTRICT w, const float* TANDEM_RESTRICT x, int64_t n) {
   float acc[lanes] = {};
   int64_t i = 0;
   for (; i + lanes <= n; i += lanes) {
     TANDEM_SIMD
-    for (int l = 0; l < lanes; ++l) acc[l] += fp16_to_fp32_portable(w[i + l]) * x[i + l];
+    for (int l = 0; l < lanes; ++l) acc[l] += to_f32(w[i + l]) * x[i + l];
   }
   float s = sum_lanes(acc);
-  for (; i < n; ++i) s += fp16_to_fp32_portable(w[i]) * x[i];
-  return s;
-}
-
-TANDEM_QUANT_MULTIVERSION
-float dot_bf16(const uint16_t* TANDEM_RESTRICT w, const float* TANDEM_RESTRICT x, int64_t n) {
-  float acc[lanes] = {};
-  int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    TANDEM_SIMD
-    for (int l = 0; l < lanes; ++l) acc[l] += bf16_to_fp32(w[i + l]) * x[i + l];
-  }
-  float s = sum_lanes(acc);
-  for (; i < n; ++i) s += bf16_to_fp32(w[i]) * x[i];
+  for (; i < n; ++i) s += to_f32(w[i]) * x[i];
   return s;
 }
 
@@ -94,77 +71,22 @@ float dot_q8_0(const block_q8_0* TANDEM_RESTRICT b, const float* TANDEM_RESTRICT
   return sum_lanes(acc);
 }
 
-// Q4_0 / Q4_1 / Q5_0 / Q5_1: byte j of qs holds value j (low nibble) and j+16 (high nibble).
-TANDEM_QUANT_MULTIVERSION
-float dot_q4_0(const block_q4_0* TANDEM_RESTRICT b, const float* TANDEM_RESTRICT x, int64_t nb) {
+// Q4_0 / Q4_1 / Q5_0 / Q5_1: byte j of qs holds value j (low nibble) and j+16 (high nibble); a Q5
+// value's 5th bit is bit j of the little-endian u32 qh (Q4's qh = 0 folds away). y = d*q + m, one
+// FMA: the _1 types store m, the _0 ones have y = d*(q-8) or d*(q-16).
+template <class Block>
+TANDEM_QUANT_MULTIVERSION float dot_small(const Block* TANDEM_RESTRICT b, const float* TANDEM_RESTRICT x,
+                                          int64_t nb) {
+  constexpr bool five_bit = requires(const Block& blk) { blk.qh; };
+  constexpr bool stored_min = requires(const Block& blk) { blk.m; };
   float acc[lanes] = {};
   for (int64_t i = 0; i < nb; ++i, x += qk_small) {
     const float d = scale_to_f32(b[i].d);
-    const float m = -8.0f * d;  // d*(q-8) = d*q + m, one FMA
-    for (int g = 0; g < 2; ++g) {
-      const words8 w = load8(b[i].qs + 8 * g);
-      TANDEM_SIMD
-      for (int l = 0; l < 8; ++l) {
-        const int lo = static_cast<int>(byte_bits(w, l, 0) & 0xF);
-        const int hi = static_cast<int>(byte_bits(w, l, 4) & 0xF);
-        acc[8 * g + l] += (d * to_f(lo) + m) * x[8 * g + l];
-        acc[16 + 8 * g + l] += (d * to_f(hi) + m) * x[16 + 8 * g + l];
-      }
-    }
-  }
-  return sum_lanes(acc);
-}
-
-TANDEM_QUANT_MULTIVERSION
-float dot_q4_1(const block_q4_1* TANDEM_RESTRICT b, const float* TANDEM_RESTRICT x, int64_t nb) {
-  float acc[lanes] = {};
-  for (int64_t i = 0; i < nb; ++i, x += qk_small) {
-    const float d = scale_to_f32(b[i].d);
-    const float m = scale_to_f32(b[i].m);
-    for (int g = 0; g < 2; ++g) {
-      const words8 w = load8(b[i].qs + 8 * g);
-      TANDEM_SIMD
-      for (int l = 0; l < 8; ++l) {
-        const int lo = static_cast<int>(byte_bits(w, l, 0) & 0xF);
-        const int hi = static_cast<int>(byte_bits(w, l, 4) & 0xF);
-        acc[8 * g + l] += (d * to_f(lo) + m) * x[8 * g + l];
-        acc[16 + 8 * g + l] += (d * to_f(hi) + m) * x[16 + 8 * g + l];
-      }
-    }
-  }
-  return sum_lanes(acc);
-}
-
-// Q5: value j's 5th bit is bit j of the little-endian u32 qh.
-TANDEM_QUANT_MULTIVERSION
-float dot_q5_0(const block_q5_0* TANDEM_RESTRICT b, const float* TANDEM_RESTRICT x, int64_t nb) {
-  float acc[lanes] = {};
-  for (int64_t i = 0; i < nb; ++i, x += qk_small) {
-    const float d = scale_to_f32(b[i].d);
-    const float m = -16.0f * d;  // d*(q-16) = d*q + m
-    const uint32_t qh = quant_detail::load_u32(b[i].qh);
-    for (int g = 0; g < 2; ++g) {
-      const words8 w = load8(b[i].qs + 8 * g);
-      TANDEM_SIMD
-      for (int l = 0; l < 8; ++l) {
-        const int j = 8 * g + l;
-        const int lo = static_cast<int>((byte_bits(w, l, 0) & 0xF) | (((qh >> j) & 1) << 4));
-        const int hi = static_cast<int>((byte_bits(w, l, 4) & 0xF) | (((qh >> (j + 16)) & 1) << 4));
-        acc[j] += (d * to_f(lo) + m) * x[j];
-        acc[16 + j] += (d * to_f(hi) + m) * x[16 + j];
-      }
-    }
-  }
-  return sum_lanes(acc);
-}
-
-TANDEM_QUANT_MULTIVERSION
-float dot_q5_1(const block_q5_1* TANDEM_RESTRICT b, const float* TANDEM_RESTRICT x, int64_t nb) {
-  float acc[lanes] = {};
-  for (int64_t i = 0; i < nb; ++i, x += qk_small) {
-    const float d = scale_to_f32(b[i].d);
-    const float m = scale_to_f32(b[i].m);
-    const uint32_t qh = quant_detail::load_u32(b[i].qh);
+    float m;
+    if constexpr (stored_min) m = scale_to_f32(b[i].m);
+    else m = (five_bit ? -16.0f : -8.0f) * d;
+    uint32_t qh = 0;
+    if constexpr (five_bit) qh = quant_detail::load_u32(b[i].qh);
     for (int g = 0; g < 2; ++g) {
       const words8 w = load8(b[i].qs + 8 * g);
       TANDEM_SIMD
@@ -200,10 +122,13 @@ inline void k4_sub_scales(const uint8_t* scales, float d, float dmin, float* ds,
 }
 
 // Chunk c (64 values) of a Q4_K / Q5_K super-block: byte l of the 32 at q holds value l (low
-// nibble, sub-block 2c) and value 32+l (high nibble, sub-block 2c+1). (A second accumulator set
-// for the high halves spills registers on AVX2 and is slower.)
-TANDEM_QUANT_MULTIVERSION
-float dot_q4_k(const block_q4_k* TANDEM_RESTRICT b, const float* TANDEM_RESTRICT x, int64_t nb) {
+// nibble, sub-block 2c) and value 32+l (high nibble, sub-block 2c+1). Q5_K: the 5th bit of value l
+// (low half) / 32+l (high half) of chunk c is bit 2c / 2c+1 of qh[l] (Q4_K's h = 0 folds away).
+// (A second accumulator set for the high halves spills registers on AVX2 and is slower.)
+template <class Block>
+TANDEM_QUANT_MULTIVERSION float dot_k4_like(const Block* TANDEM_RESTRICT b, const float* TANDEM_RESTRICT x,
+                                            int64_t nb) {
+  constexpr bool five_bit = requires(const Block& blk) { blk.qh; };
   float acc[lanes] = {};
   for (int64_t i = 0; i < nb; ++i) {
     float ds[8], dm[8];
@@ -213,33 +138,8 @@ float dot_q4_k(const block_q4_k* TANDEM_RESTRICT b, const float* TANDEM_RESTRICT
       const float d1 = ds[2 * c], m1 = dm[2 * c], d2 = ds[2 * c + 1], m2 = dm[2 * c + 1];
       for (int g = 0; g < 4; ++g) {
         const words8 w = load8(q + 8 * g);
-        TANDEM_SIMD
-        for (int l = 0; l < 8; ++l) {
-          const int j = 8 * g + l;
-          const int lo = static_cast<int>(byte_bits(w, l, 0) & 0xF);
-          const int hi = static_cast<int>(byte_bits(w, l, 4) & 0xF);
-          acc[j] += (d1 * to_f(lo) - m1) * x[j] + (d2 * to_f(hi) - m2) * x[32 + j];
-        }
-      }
-    }
-  }
-  return sum_lanes(acc);
-}
-
-// Q5_K: as Q4_K; the 5th bit of value l (low half) / 32+l (high half) of chunk c is bit 2c / 2c+1
-// of qh[l].
-TANDEM_QUANT_MULTIVERSION
-float dot_q5_k(const block_q5_k* TANDEM_RESTRICT b, const float* TANDEM_RESTRICT x, int64_t nb) {
-  float acc[lanes] = {};
-  for (int64_t i = 0; i < nb; ++i) {
-    float ds[8], dm[8];
-    k4_sub_scales(b[i].scales, scale_to_f32(b[i].d), scale_to_f32(b[i].dmin), ds, dm);
-    const uint8_t* q = b[i].qs;
-    for (int c = 0; c < 4; ++c, q += 32, x += 64) {
-      const float d1 = ds[2 * c], m1 = dm[2 * c], d2 = ds[2 * c + 1], m2 = dm[2 * c + 1];
-      for (int g = 0; g < 4; ++g) {
-        const words8 w = load8(q + 8 * g);
-        const words8 h = load8(b[i].qh + 8 * g);
+        words8 h{0, 0};
+        if constexpr (five_bit) h = load8(b[i].qh + 8 * g);
         TANDEM_SIMD
         for (int l = 0; l < 8; ++l) {
           const int j = 8 * g + l;
@@ -304,25 +204,25 @@ float vec_dot(ggml_type t, const void* row, const float* x, int64_t n) {
   assert(n % type_info(t).block_size == 0);
   switch (t) {
     case ggml_type::f32:
-      return dot_f32(static_cast<const float*>(row), x, n);
+      return dot_plain<float, f32_to_f32>(static_cast<const float*>(row), x, n);
     case ggml_type::f16:
-      return dot_f16(static_cast<const uint16_t*>(row), x, n);
+      return dot_plain<uint16_t, fp16_to_fp32_portable>(static_cast<const uint16_t*>(row), x, n);
     case ggml_type::bf16:
-      return dot_bf16(static_cast<const uint16_t*>(row), x, n);
+      return dot_plain<uint16_t, bf16_to_fp32>(static_cast<const uint16_t*>(row), x, n);
     case ggml_type::q4_0:
-      return dot_q4_0(static_cast<const block_q4_0*>(row), x, n / qk_small);
+      return dot_small(static_cast<const block_q4_0*>(row), x, n / qk_small);
     case ggml_type::q4_1:
-      return dot_q4_1(static_cast<const block_q4_1*>(row), x, n / qk_small);
+      return dot_small(static_cast<const block_q4_1*>(row), x, n / qk_small);
     case ggml_type::q5_0:
-      return dot_q5_0(static_cast<const block_q5_0*>(row), x, n / qk_small);
+      return dot_small(static_cast<const block_q5_0*>(row), x, n / qk_small);
     case ggml_type::q5_1:
-      return dot_q5_1(static_cast<const block_q5_1*>(row), x, n / qk_small);
+      return dot_small(static_cast<const block_q5_1*>(row), x, n / qk_small);
     case ggml_type::q8_0:
       return dot_q8_0(static_cast<const block_q8_0*>(row), x, n / qk_small);
     case ggml_type::q4_k:
-      return dot_q4_k(static_cast<const block_q4_k*>(row), x, n / qk_k);
+      return dot_k4_like(static_cast<const block_q4_k*>(row), x, n / qk_k);
     case ggml_type::q5_k:
-      return dot_q5_k(static_cast<const block_q5_k*>(row), x, n / qk_k);
+      return dot_k4_like(static_cast<const block_q5_k*>(row), x, n / qk_k);
     case ggml_type::q6_k:
       return dot_q6_k(static_cast<const block_q6_k*>(row), x, n / qk_k);
     default:

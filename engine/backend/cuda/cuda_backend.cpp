@@ -361,8 +361,10 @@ status cuda_backend::matmul(const device_matrix& w, const float* x, int n_tok, f
 
 // Decode-sized batches run matrices that share x (and type and n_in) as one mat-vec launch,
 // with `add` folding the residual add into it (y += W·x): fewer launches and no tmp pass.
-// Otherwise each goes through matmul(), x converted to fp16 once for all of them.
-status cuda_backend::matmul_fused(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add) {
+// Otherwise each goes through matmul(), x converted to fp16 once for all of them; x_f16_kept:
+// xh_ already holds x's copy, made from this x in this layer (the MoE prefill's xn), and serves.
+status cuda_backend::matmul_fused(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add,
+                                  bool x_f16_kept) {
   const device_matrix& w0 = *jobs.begin()->w;
   bool fused = n_tok <= k_matvec_max_tokens && gpu_can_matvec(w0.type) && jobs.size() <= k_matvec_max_outputs &&
                w0.n_in % 32 == 0;
@@ -375,7 +377,8 @@ status cuda_backend::matmul_fused(std::initializer_list<matmul_job> jobs, const 
     return {};
   }
   // The jobs share x: its fp16 copy is made once for all of them.
-  xh_reuse_ = true, xh_src_ = nullptr;
+  xh_reuse_ = true;
+  if (!x_f16_kept) xh_src_ = nullptr;
   status st;
   for (const auto& j : jobs)
     if (!(st = matmul(*j.w, x, n_tok, j.y, add)).ok()) break;

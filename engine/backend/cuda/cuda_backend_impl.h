@@ -99,7 +99,8 @@ class cuda_backend final : public cuda_stage {
     const device_matrix* w;
     float* y;
   };
-  status matmul_fused(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add);
+  status matmul_fused(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add,
+                      bool x_f16_kept = false);
   bool matvec_ready(std::initializer_list<const device_matrix*> ws, int n_tok) const;
   status matvec_quantized(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add,
                           void* work = nullptr, cudaStream_t s = nullptr);

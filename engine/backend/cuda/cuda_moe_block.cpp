@@ -254,17 +254,10 @@ status cuda_backend::moe_shared_expert(const device_layer& L, const float* xn, i
   } else {
     sh.gate_logits = gl;
   }
-  if (xn_f16) {
-    xh_reuse_ = xh_src_ == xn;  // the GEMMs read that copy, not a new one
-    status st = matmul(L.gate_shexp, xn, T, g);
-    if (st.ok()) st = matmul(L.up_shexp, xn, T, u);
-    if (st.ok() && !row_gate) st = matmul(L.shexp_gate, xn, T, gl);
-    xh_reuse_ = false;
-    TANDEM_TRY(st);
-  } else {
-    TANDEM_TRY(matmul_fused({{&L.gate_shexp, g}, {&L.up_shexp, u}}, xn, T, false));
-    if (!row_gate) TANDEM_TRY(matmul(L.shexp_gate, xn, T, gl));
-  }
+  // xn_f16: the GEMMs read that copy, not a new one.
+  TANDEM_TRY(matmul_fused({{&L.gate_shexp, g}, {&L.up_shexp, u}}, xn, T, false, xn_f16));
+  if (!row_gate)
+    TANDEM_TRY(xn_f16 ? matmul_fused({{&L.shexp_gate, gl}}, xn, T, false, true) : matmul(L.shexp_gate, xn, T, gl));
   TANDEM_CUDA_TRY(launch_swiglu(g, u, g, int64_t(T) * F, s));
   TANDEM_TRY(matmul(L.down_shexp, g, T, y));
   return mark("shared expert");
