@@ -371,22 +371,6 @@ cudaError_t launch_float_x(int64_t n_in, const matvec_job& job, x_view xs, int n
   return launch_rows<fx<Q>, 8, 1, 128>(jb, nb, xs, n_tok, false, s);
 }
 
-// f(mq_<type>{}) for the quantized (int8-x) types; cudaErrorInvalidValue for the others.
-template <class F>
-cudaError_t with_int8_type(ggml_type t, F&& f) {
-  switch (t) {
-    case ggml_type::q4_0: return f(mq_q4_0{});
-    case ggml_type::q4_1: return f(mq_q4_1{});
-    case ggml_type::q5_0: return f(mq_q5_0{});
-    case ggml_type::q5_1: return f(mq_q5_1{});
-    case ggml_type::q8_0: return f(mq_q8_0{});
-    case ggml_type::q4_k: return f(mq_q4_k{});
-    case ggml_type::q5_k: return f(mq_q5_k{});
-    case ggml_type::q6_k: return f(mq_q6_k{});
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 // x's int8 copy and its residual's (quantize_x2_kernel) for n_tok <= 4 tokens: 2 or 8 rows in
 // pairs, four rows per group for the eight (as the batched mat-vecs measure best).
 template <class Q>

@@ -347,19 +347,9 @@ int64_t size_rows(mv_params& p, int64_t n_in) {
 // f(mq type{}) for t, cudaErrorInvalidValue for a type without a mat-vec.
 template <class F>
 cudaError_t by_mq_type(ggml_type t, F&& f) {
-  switch (t) {
-    case ggml_type::f32: return f(mq_f32{});
-    case ggml_type::f16: return f(mq_f16{});
-    case ggml_type::q4_0: return f(mq_q4_0{});
-    case ggml_type::q4_1: return f(mq_q4_1{});
-    case ggml_type::q5_0: return f(mq_q5_0{});
-    case ggml_type::q5_1: return f(mq_q5_1{});
-    case ggml_type::q8_0: return f(mq_q8_0{});
-    case ggml_type::q4_k: return f(mq_q4_k{});
-    case ggml_type::q5_k: return f(mq_q5_k{});
-    case ggml_type::q6_k: return f(mq_q6_k{});
-    default: return cudaErrorInvalidValue;
-  }
+  if (t == ggml_type::f32) return f(mq_f32{});
+  if (t == ggml_type::f16) return f(mq_f16{});
+  return with_int8_type(t, f);
 }
 
 cudaError_t launch_mv_of(ggml_type t, mv_params p, int64_t n_in, int n_pairs, cudaStream_t s) {

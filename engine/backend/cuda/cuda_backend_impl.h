@@ -127,7 +127,6 @@ class cuda_backend final : public cuda_stage {
   status ensure_moe_scratch(int n_tok);
   status route(const device_layer& L, const float* xn, int n_tok);
   status moe_experts_decode(const device_layer& L, const float* xn, int n_tok, bool x_quantized);
-  status moe_experts_gate_up(const device_layer& L, const float* xn, int n_tok, bool x_quantized);
   status moe_experts_prefill(const device_layer& L, const float* xn, int n_tok);
   bool shared_expert_decodes(const device_layer& L, int n_tok, bool x_quantized) const;
   status moe_shared_expert(const device_layer& L, const float* xn, int n_tok, bool x_quantized, bool xn_f16,
