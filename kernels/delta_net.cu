@@ -146,10 +146,15 @@ __global__ void split_q_gate_kernel(const float* __restrict__ qg, int64_t n, int
   }
 }
 
-__global__ void sigmoid_mul_kernel(float* x, const float* __restrict__ gate, int64_t n) {
+// With qx, n % 32 == 0 and the blocks' and the stride's multiples of 32 make every warp pass one
+// whole int8 block, all lanes in.
+__global__ void sigmoid_mul_kernel(float* x, const float* __restrict__ gate, int64_t n, int8_t* qx, float2* ds) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    x[i] *= sigmoid(gate[i]);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float v = x[i] * sigmoid(gate[i]);
+    x[i] = v;
+    if (qx) quantize_x_warp(v, qx + (i & ~int64_t(31)), ds + i / 32);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -482,9 +487,10 @@ cudaError_t launch_split_q_gate(const float* qg, int T, int n_head, int D, float
   return cudaGetLastError();
 }
 
-cudaError_t launch_sigmoid_mul(float* x, const float* gate, int64_t n, cudaStream_t stream) {
+cudaError_t launch_sigmoid_mul(float* x, const float* gate, int64_t n, cudaStream_t stream, int8_t* qx, float2* ds) {
   if (n <= 0) return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
-  sigmoid_mul_kernel<<<grid_for(n), k_threads, 0, stream>>>(x, gate, n);
+  if (qx && (n % 32 != 0 || !ds)) return cudaErrorInvalidValue;
+  sigmoid_mul_kernel<<<grid_for(n), k_threads, 0, stream>>>(x, gate, n, qx, ds);
   return cudaGetLastError();
 }
 

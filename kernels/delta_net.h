@@ -74,7 +74,9 @@ cudaError_t launch_rms_norm_gated(const float* o, const float* w, const float* z
 // ([T][n_head][D]) and gate ([T][n_head][D]).
 cudaError_t launch_split_q_gate(const float* qg, int T, int n_head, int D, float* q, float* gate,
                                 cudaStream_t stream);
-// x *= sigmoid(gate), elementwise over n floats.
-cudaError_t launch_sigmoid_mul(float* x, const float* gate, int64_t n, cudaStream_t stream);
+// x *= sigmoid(gate), elementwise over n floats. With qx (n a multiple of 32) it also writes x's
+// int8 copy in blocks of 32, as launch_rms_norm_gated does, for the mat-vec after it (wo).
+cudaError_t launch_sigmoid_mul(float* x, const float* gate, int64_t n, cudaStream_t stream, int8_t* qx = nullptr,
+                               float2* ds = nullptr);
 
 }  // namespace tandem

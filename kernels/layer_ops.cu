@@ -10,6 +10,7 @@
 
 #include "kernels/matvec.h"
 #include "kernels/matvec_x.cuh"
+#include "kernels/norm_rows.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/quant_blocks.cuh"
 #include "kernels/rope.cuh"
@@ -25,18 +26,7 @@ unsigned grid_for(int64_t items) {
   return static_cast<unsigned>(b < 1 ? 1 : (b < k_max_grid ? b : k_max_grid));
 }
 
-__device__ __forceinline__ float block_sum(float v, float* shared) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  float total = 0.f;
-  const int n_warps = blockDim.x / 32;
-  for (int i = 0; i < n_warps; ++i) total += shared[i];
-  __syncthreads();
-  return total;
-}
+using norm::block_sum;
 
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w, float* out, int n,
                                 float eps) {
@@ -54,25 +44,9 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
 // chunks c = k * k_norm_threads + tid in registers, so the row is read once with all loads in
 // flight (a single block per token row is latency-bound otherwise). With Q8 it also writes the
 // mat-vec's int8 copy of out: 8 lanes hold one 32-value block, quantized as quantize_x_warp does.
-constexpr int k_norm_threads = 256;
-constexpr int k_norm_chunks = 8;
-
-__device__ __forceinline__ void quantize_x_quad(const float4& o, bool valid, int8_t* q4, float2* ds) {
-  float amax = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
-#pragma unroll
-  for (int m = 1; m < 8; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-  const float d = amax / 127.f;
-  const float v[4] = {o.x, o.y, o.z, o.w};
-  int q[4], sum = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) q[i] = amax > 0.f ? static_cast<int>(rintf(v[i] / d)) : 0, sum += q[i];
-#pragma unroll
-  for (int m = 1; m < 8; m <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
-  if (!valid) return;
-  *reinterpret_cast<char4*>(q4) = make_char4(static_cast<signed char>(q[0]), static_cast<signed char>(q[1]),
-                                             static_cast<signed char>(q[2]), static_cast<signed char>(q[3]));
-  if (threadIdx.x % 8 == 0) *ds = make_float2(d, d * static_cast<float>(sum));
-}
+// The tail is norm::wide_tail, which the decode combine's folded norm shares (kernels/moe.cu).
+constexpr int k_norm_threads = norm::k_threads;
+constexpr int k_norm_chunks = norm::k_chunks;
 
 template <bool Q8>
 __global__ void __launch_bounds__(k_norm_threads)
@@ -92,31 +66,12 @@ __global__ void __launch_bounds__(k_norm_threads)
   }
   pdl_wait();
   pdl_trigger();
-  float ss = 0.f;
 #pragma unroll
   for (int k = 0; k < k_norm_chunks; ++k) {
     const int c = k * k_norm_threads + threadIdx.x;
     v[k] = c < n4 ? x4[c] : make_float4(0.f, 0.f, 0.f, 0.f);
   }
-#pragma unroll
-  for (int k = 0; k < k_norm_chunks; ++k) {
-    ss = fmaf(v[k].x, v[k].x, ss);
-    ss = fmaf(v[k].y, v[k].y, ss);
-    ss = fmaf(v[k].z, v[k].z, ss);
-    ss = fmaf(v[k].w, v[k].w, ss);
-  }
-  ss = block_sum(ss, shared);
-  const float inv = 1.f / sqrtf(ss / static_cast<float>(n) + eps);
-#pragma unroll
-  for (int k = 0; k < k_norm_chunks; ++k) {
-    if (k * k_norm_threads >= n4) break;  // the same for the whole block
-    const int c = k * k_norm_threads + threadIdx.x;
-    const bool valid = c < n4;
-    const float4 o = make_float4(v[k].x * inv * wv[k].x, v[k].y * inv * wv[k].y, v[k].z * inv * wv[k].z,
-                                 v[k].w * inv * wv[k].w);
-    if (valid) reinterpret_cast<float4*>(out + row)[c] = o;
-    if (Q8) quantize_x_quad(o, valid, qx + row + 4 * c, ds + (row + 4 * c) / 32);
-  }
+  norm::wide_tail<Q8>(v, wv, n, eps, out + row, Q8 ? qx + row : nullptr, Q8 ? ds + row / 32 : nullptr, shared);
 }
 
 bool wide_norm(const float* x, const float* w, const float* out, int n) {

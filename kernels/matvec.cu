@@ -277,6 +277,11 @@ cudaError_t launch_rows(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool
   // in flight: one warp a group walks them instead.
   if constexpr (TB == 128 && std::is_same_v<Q, mq_q6_k>)
     if (n_blocks * Q::ppb <= 64 && !g_tuning.wide_short_rows) return launch_rows<Q, NT, R, 32, Pairs>(jb, n_blocks, xs, n_tok, add, s);
+  // One token's F32 rows of 512+ pieces (an MoE router: 128-256 rows of 2048 floats, 4.6-4.9 us
+  // whether 1 or 2 MB, so latency-bound) on 128 threads wait on a load four times or more: 512
+  // threads issue a row's loads at once.
+  if constexpr (TB == 128 && NT == 1 && std::is_same_v<Q, mq_f32>)
+    if (n_blocks * Q::ppb >= 512 && !g_tuning.narrow_f32_rows) return launch_rows<Q, NT, R, 512, Pairs>(jb, n_blocks, xs, n_tok, add, s);
   constexpr int W = TB == 32 && NT == 1 && !Pairs ? shape_of<Q>().one_token_warps : 1;
   return launch_rows_w<Q, NT, R, TB, Pairs, W>(jb, n_blocks, xs, n_tok, add, s);
 }
@@ -364,22 +369,6 @@ cudaError_t launch_float_x(int64_t n_in, const matvec_job& job, x_view xs, int n
   const int nb = static_cast<int>(n_in / Q::qk);
   if (n_tok <= 1) return launch_rows<fx<Q>, 1, 2, 128>(jb, nb, xs, n_tok, false, s);
   return launch_rows<fx<Q>, 8, 1, 128>(jb, nb, xs, n_tok, false, s);
-}
-
-// f(mq_<type>{}) for the quantized (int8-x) types; cudaErrorInvalidValue for the others.
-template <class F>
-cudaError_t with_int8_type(ggml_type t, F&& f) {
-  switch (t) {
-    case ggml_type::q4_0: return f(mq_q4_0{});
-    case ggml_type::q4_1: return f(mq_q4_1{});
-    case ggml_type::q5_0: return f(mq_q5_0{});
-    case ggml_type::q5_1: return f(mq_q5_1{});
-    case ggml_type::q8_0: return f(mq_q8_0{});
-    case ggml_type::q4_k: return f(mq_q4_k{});
-    case ggml_type::q5_k: return f(mq_q5_k{});
-    case ggml_type::q6_k: return f(mq_q6_k{});
-    default: return cudaErrorInvalidValue;
-  }
 }
 
 // x's int8 copy and its residual's (quantize_x2_kernel) for n_tok <= 4 tokens: 2 or 8 rows in

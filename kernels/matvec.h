@@ -94,6 +94,7 @@ struct matvec_tuning {
   bool block_per_group = false; // one thread block per group of rows instead of persistent ones
   bool no_pdl = false;           // no programmatic dependent launch after the x quantization
   bool wide_short_rows = false;  // Q6_K rows of <= 64 pieces keep 128-thread groups (as before)
+  bool narrow_f32_rows = false;  // one token's F32 rows of >= 512 pieces keep 128-thread groups
 };
 void matvec_set_tuning(const matvec_tuning& t);
 

@@ -1,14 +1,16 @@
 // Per-type "pieces" of the decode mat-vec: how one lane loads a fixed slice of a GGUF weight block
 // and dots it with the matching slice of x (int8 q8_1-style blocks via __dp4a, or floats for
 // F32/F16). Consecutive lanes take consecutive pieces, so weight and x loads coalesce.
-// Included only by matvec.cu.
+// Included by the mat-vec kernels (matvec.cu, moe_matvec.cu).
 #pragma once
 
 #include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
 
 #include <cstdint>
 
 #include "quant/blocks.h"
+#include "quant/ggml_type.h"
 
 namespace tandem {
 namespace mv {
@@ -576,6 +578,22 @@ struct mq_f16 {
     return sum;
   }
 };
+
+// f(mq_<type>{}) for the quantized (int8-x) types; cudaErrorInvalidValue for the others.
+template <class F>
+cudaError_t with_int8_type(ggml_type t, F&& f) {
+  switch (t) {
+    case ggml_type::q4_0: return f(mq_q4_0{});
+    case ggml_type::q4_1: return f(mq_q4_1{});
+    case ggml_type::q5_0: return f(mq_q5_0{});
+    case ggml_type::q5_1: return f(mq_q5_1{});
+    case ggml_type::q8_0: return f(mq_q8_0{});
+    case ggml_type::q4_k: return f(mq_q4_k{});
+    case ggml_type::q5_k: return f(mq_q5_k{});
+    case ggml_type::q6_k: return f(mq_q6_k{});
+    default: return cudaErrorInvalidValue;
+  }
+}
 
 }  // namespace mv
 }  // namespace tandem

@@ -65,6 +65,23 @@ cudaError_t launch_moe_matvec_multi(ggml_type t, const moe_matvec_output* outs, 
 cudaError_t launch_moe_swiglu_q8(const float* gate, const float* up, float* out, int n_rows, int n, void* work,
                                  cudaStream_t stream);
 
+// launch_moe_matvec_multi of gate and up (gate_up[0], gate_up[1]: one type and shape) from x's
+// int8 copy, then launch_moe_swiglu_q8 of the products, with the same bits: h = silu(gate) · up
+// into gate_up[0].y (n_tok * k rows of n_out) and h's int8 copy into h_work
+// (matvec_x_parts(h_work, n_out, n_tok * k)), for the down projection's
+// launch_moe_matvec_multi(..., x_stride = n_out, x_quantized = true). One launch where its units
+// (32 rows of a pair: n_tok * k * n_out / 32) fit the blocks resident at once; past that, a second
+// wave would double the critical path, so the two launches run (TANDEM_MOE_SWIGLU_ANY_WAVES=1:
+// one launch anyway) and gate_up[1].y takes up's products: it is scratch of n_tok * k rows either
+// way. x_work holds x's copy for (n_in, n_tok) in matvec_x_parts layout (launch_rms_norm_q8's or
+// the like), one row a token; h_work must not overlap it. Requirements as
+// launch_moe_matvec_multi's with x_stride 0, and a type gpu_can_moe_matvec_swiglu takes (those
+// of int8 x).
+bool gpu_can_moe_matvec_swiglu(ggml_type t, int64_t n_out);  // and n_out % 32 == 0
+cudaError_t launch_moe_matvec_swiglu(ggml_type t, const moe_matvec_output* gate_up, size_t expert_stride_bytes,
+                                     int n_expert, int64_t n_in, int64_t n_out, const void* x_work, int n_tok, int k,
+                                     const int32_t* ids, void* h_work, cudaStream_t stream);
+
 // The shared expert's term of launch_moe_combine: y (n_tok rows of n_embd) scaled by
 // sigmoid(g_t), the gate logit g_t = gate_logits[t], or where gate_logits is null gate_row · x[t]
 // (the float32 gate row and the tokens' normed inputs, n_embd floats each), computed in the launch.
@@ -81,6 +98,22 @@ struct moe_shared_term {
 // alias out. 1 <= k <= k_moe_max_k, n_tok >= 0, n_embd >= 0.
 cudaError_t launch_moe_combine(const float* y, const float* weights, int n_tok, int k, int64_t n_embd, float* out,
                                bool add, cudaStream_t stream, const moe_shared_term* shared = nullptr);
+
+// The next layer's input norm folded into a decode step's combine: after out is written, xn =
+// RMSNorm(out) * w and xn's int8 copy for the mat-vec (matvec_x_parts(work, n_embd, n_tok)), with
+// the bits launch_rms_norm_q8 (kernels/layer_ops.h) gives on the same out: one block per token
+// holds its row the way that kernel's wide rows do. Fits (moe_combine_norm_fits) n_tok up to
+// k_matvec_max_tokens and n_embd of 1024..8192, a multiple of 32; pointers 16-byte aligned.
+struct moe_next_norm {
+  const float* w = nullptr;
+  float eps = 0.f;
+  float* xn = nullptr;
+  void* work = nullptr;
+};
+bool moe_combine_norm_fits(int n_tok, int64_t n_embd);
+cudaError_t launch_moe_combine_norm(const float* y, const float* weights, int n_tok, int k, int64_t n_embd, float* out,
+                                    bool add, cudaStream_t stream, const moe_shared_term* shared,
+                                    const moe_next_norm& norm);
 
 // ---- Prefill: grouping by expert and the grouped GEMM --------------------------------------
 // Grouped rows per GEMM row tile; launch_moe_group's tile_offsets count tiles of this many.

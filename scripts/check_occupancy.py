@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Occupancy guard for the decode kernels (and prefill attention's): compiles kernels/matvec.cu, layer_ops.cu,
-attention.cu, attention_deep.cu, delta_net.cu, delta_net_chunked.cu, moe.cu, moe_route.cu, moe_gemm.cu, qgemm.cu, qgemm_frag.cu and flash_attention_mma.cu
+attention.cu, attention_deep.cu, delta_net.cu, delta_net_chunked.cu, moe.cu, moe_matvec.cu, moe_route.cu, moe_gemm.cu, qgemm.cu, qgemm_frag.cu and flash_attention_mma.cu
 for sm_90 with ptxas's resource report and fails if any kernel now fits fewer blocks per SM than
 tests/kernels/occupancy_budget.txt records, or keeps more of its locals in a stack frame (local memory: a
 register array indexed by a loop variable lands there, and the grouped decode kernel lost ~25% of its
@@ -24,7 +24,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUDGET = os.path.join(ROOT, "tests", "kernels", "occupancy_budget.txt")
 SOURCES = ["kernels/matvec.cu", "kernels/layer_ops.cu", "kernels/attention.cu", "kernels/attention_deep.cu",
-           "kernels/delta_net.cu", "kernels/delta_net_chunked.cu", "kernels/moe.cu", "kernels/moe_route.cu", "kernels/moe_gemm.cu", "kernels/qgemm.cu", "kernels/qgemm_frag.cu",
+           "kernels/delta_net.cu", "kernels/delta_net_chunked.cu", "kernels/moe.cu", "kernels/moe_matvec.cu", "kernels/moe_route.cu", "kernels/moe_gemm.cu", "kernels/qgemm.cu", "kernels/qgemm_frag.cu",
            "kernels/flash_attention_mma.cu"]
 REGS_PER_SM, MAX_BLOCKS, WARP_ALLOC = 65536, 32, 256  # sm_90
 
@@ -44,8 +44,8 @@ THREADS = {"matvec_kernel": None, "rms_norm_wide_kernel": 256, "paged_attention_
            "moe_matvec_kernel": 128, "moe_gemm_kernel": 256, "moe_route_kernel": 128, "qgemm_kernel": 256,
            "qgemm_grouped_kernel": 256, "qgemm_frag_kernel": None,
            "qgemm_frag_grouped_kernel": 256, "dn_chunk_prep_kernel": 256, "dn_chunk_prep_mma_kernel": 256,
-           "dn_chunk_state_kernel": 128, "dn_rule_decode_kernel": 256,
-           "dn_chunk_state_mma_kernel": 256}
+           "dn_chunk_state_kernel": 128, "dn_rule_decode_kernel": 256, "moe_combine_norm_kernel": 256,
+           "dn_chunk_state_mma_kernel": 256, "moe_matvec_swiglu_kernel": None}
 
 
 def threads_of(key):
@@ -54,6 +54,8 @@ def threads_of(key):
     if family == "matvec_kernel":  # <Q, NT, R, TB, Pairs, warps per block>: TB * warps
         nums = re.findall(r"Li(\d+)E", key)
         return int(nums[-2]) * int(nums[-1])
+    if family == "moe_matvec_swiglu_kernel":  # <Q, SW>: swiglu_shape (kernels/moe_matvec.cu), 128 at SW 8
+        return 128 if int(re.findall(r"Li(\d+)E", key)[-1]) == 8 else 256
     if family == "qgemm_frag_kernel":  # <decoder, W, NT8>: W warps (kernels/qgemm_frag.cu)
         return 32 * int(re.findall(r"Li(\d+)E", key)[-2])
     return THREADS[family]

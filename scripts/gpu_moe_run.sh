@@ -2,8 +2,12 @@
 # On the GPU machine, in one call: build for sm_90, then the mixture-of-experts checks and figures
 # of docs/PERFORMANCE.md ("Mixture of experts"). Steps (env STEPS, default "build test kernels
 # bench"): build; test: every CTest test labelled gpu but the big.* timings; kernels: the MoE
-# kernels' timing tests (kernels_moe_test big.*); bench: random Q4_K_M models of PRESETS (default
-# the Qwen3-30B-A3B and Qwen3.5-35B-A3B shapes), the first with ceilings, the rest against them;
+# kernels' timing tests (kernels_moe_test and kernels_moe_matvec_test big.*) and the router's
+# and 2048-wide head's mat-vecs; bench: random Q4_K_M models of PRESETS (default the
+# Qwen3-30B-A3B and Qwen3.5-35B-A3B shapes), the first with ceilings, the rest against them;
+# ab: tg128 of each preset under each of AB_ENVS (default "TANDEM_CUDA_FUSED_SWIGLU=0
+# TANDEM_MOE_SWIGLU_ANY_WAVES=1 TANDEM_CUDA_SIDE_STREAM=0"), one variable at a time, to set
+# beside bench's figures;
 # profile: where a prefill token of the last preset goes (launch groups, no graphs); decode:
 # where a decode token of each preset goes, kernel by kernel (ncu on a 4-layer copy, graphs off;
 # scripts/ncu_last_token.py).
@@ -26,7 +30,7 @@ if has build; then
   cmake --build "$build" -j 16 -- -k 0 >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; }
   echo "build done at $SECONDS s"
 fi
-if has bench || has profile; then  # made on the CPU while the tests run, one after another (memory)
+if has bench || has profile || has ab; then  # made on the CPU while the tests run, one after another (memory)
   (for p in $presets; do
      [[ -f $(model "$p") ]] || "$tm" make --preset "$p" --type Q4_K_M --row-pool 256 -o "$(model "$p")" -q
    done) &
@@ -38,6 +42,9 @@ if has test; then
 fi
 if has kernels; then
   "$build/tests/kernels/kernels_moe_test" --gtest_filter='big.*' 2>&1 | grep -E "moe |dense|FAILED" | head -40
+  "$build/tests/kernels/kernels_moe_matvec_test" --gtest_filter='big.*' 2>&1 | grep -E "moe |dense|FAILED" | head -20
+  "$build/tests/kernels/kernels_matvec_test" --gtest_filter='big.router_bandwidth:big.head_bandwidth' 2>&1 |
+    grep -E "^router|^head Q6_K +248320|FAILED" | head -20
   echo "kernel timings done at $SECONDS s"
 fi
 if has bench; then
@@ -52,6 +59,15 @@ if has bench; then
       "$tm" bench -m "$m" $args --no-ceilings 2>&1 | grep -E "^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'
     fi
     first=0
+  done
+fi
+if has ab; then
+  wait
+  for p in $presets; do
+    for v in ${AB_ENVS:-TANDEM_CUDA_FUSED_SWIGLU=0 TANDEM_MOE_SWIGLU_ANY_WAVES=1 TANDEM_CUDA_SIDE_STREAM=0}; do
+      echo "$v:"
+      env "$v" "$tm" bench -m "$(model "$p")" -p 0 -n 128 -r 2 --no-ceilings 2>&1 | grep -E "^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'
+    done
   done
 fi
 if has decode; then

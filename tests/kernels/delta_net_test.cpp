@@ -149,6 +149,24 @@ TEST(dn_conv_kernel, decode_runs) {
 
 // ---------------------------------------------------------------------------------------------
 
+// y's int8 copy in blocks of 32 as quantize_x_warp makes it (the mat-vec's input): d = amax / 127,
+// |q d - y| <= d / 2, ds.y = d sum q.
+void expect_int8_copy(const std::string& what, const std::vector<float>& y, const std::vector<int8_t>& q,
+                      const std::vector<float2>& ds) {
+  for (size_t b = 0; b < y.size() / 32; ++b) {
+    float amax = 0.f;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(y[32 * b + i]));
+    ASSERT_NEAR(ds[b].x, amax / 127.f, 1e-6f * amax) << what << " block " << b;
+    for (int i = 0; i < 32; ++i) {
+      ASSERT_LE(std::fabs(q[32 * b + i] * ds[b].x - y[32 * b + i]), 0.5f * ds[b].x + 1e-6f) << what << " block " << b;
+      sum += q[32 * b + i];
+    }
+    ASSERT_NEAR(ds[b].y, ds[b].x * float(sum), 1e-5f * std::fabs(ds[b].x * float(sum)) + 1e-6f)
+        << what << " block " << b;
+  }
+}
+
 TEST(dn_rms_norm_gated_kernel, matches_cpu) {
   REQUIRE_GPU();
   for (int d : {128, 64, 40}) {
@@ -171,20 +189,8 @@ TEST(dn_rms_norm_gated_kernel, matches_cpu) {
     ASSERT_EQ(launch_rms_norm_gated(dov.p, dw.p, dz.p, dout2.p, n, d, 1e-6f, nullptr, dq.p, dds.p), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const auto y = dout2.host();
-    const auto q = dq.host();
-    const auto ds = dds.host();
     expect_close("rms_norm_gated with int8 copy d=" + std::to_string(d), y, ref, 1e-6f, 1e-5f);
-    for (size_t b = 0; b < nb; ++b) {
-      float amax = 0.f;
-      int sum = 0;
-      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(y[32 * b + i]));
-      ASSERT_NEAR(ds[b].x, amax / 127.f, 1e-6f * amax) << "block " << b;
-      for (int i = 0; i < 32; ++i) {
-        ASSERT_LE(std::fabs(q[32 * b + i] * ds[b].x - y[32 * b + i]), 0.5f * ds[b].x + 1e-6f) << "block " << b;
-        sum += q[32 * b + i];
-      }
-      ASSERT_NEAR(ds[b].y, ds[b].x * float(sum), 1e-5f * std::fabs(ds[b].x * float(sum)) + 1e-6f) << "block " << b;
-    }
+    expect_int8_copy("rms_norm_gated d=" + std::to_string(d), y, dq.host(), dds.host());
   }
 }
 
@@ -212,6 +218,19 @@ TEST(gated_attention_kernels, split_q_gate_and_sigmoid_mul) {
   ASSERT_EQ(launch_sigmoid_mul(dx.p, dgate.p, int64_t(x.size()), nullptr), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   expect_close("sigmoid_mul", dx.host(), ref, 1e-6f, 1e-5f);
+  // With the int8 copy for wo (1000 is no multiple of 32: refused; the first 992 values then).
+  dev<float> dx2(x);
+  dev<int8_t> dq8(x.size());
+  dev<float2> dds8(x.size() / 32);
+  EXPECT_EQ(launch_sigmoid_mul(dx2.p, dgate.p, int64_t(x.size()), nullptr, dq8.p, dds8.p), cudaErrorInvalidValue);
+  const int64_t n32 = int64_t(x.size()) / 32 * 32;
+  ASSERT_EQ(launch_sigmoid_mul(dx2.p, dgate.p, n32, nullptr, dq8.p, dds8.p), cudaSuccess);
+  auto y = dx2.host();
+  y.resize(size_t(n32));
+  expect_close("sigmoid_mul with int8 copy", y, std::vector<float>(ref.begin(), ref.begin() + n32), 1e-6f, 1e-5f);
+  auto q = dq8.host();
+  q.resize(size_t(n32));
+  expect_int8_copy("sigmoid_mul", y, q, dds8.host());
 }
 
 // ---------------------------------------------------------------------------------------------

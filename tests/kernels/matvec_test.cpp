@@ -480,6 +480,39 @@ TEST(big, head_bandwidth) {
     }
 }
 
+// MoE routers (float32, one token: Qwen3-30B-A3B's 128 x 2048, Qwen3.5-35B-A3B's 256 x 2048,
+// the 177B shape's 512 x 3072), from HBM as matvec_bandwidth, with the 512-thread row groups and
+// with the 128-thread ones (matvec_tuning::narrow_f32_rows). Prints us and GB/s; asserts only
+// that the launches succeed.
+TEST(big, router_bandwidth) {
+  REQUIRE_GPU();
+  struct shape {
+    int64_t n_out, n_in;
+  };
+  for (const shape sh : {shape{128, 2048}, shape{256, 2048}, shape{512, 3072}}) {
+    const hbm_matrix w(ggml_type::f32, sh.n_in, sh.n_out);
+    dev<float> dx(randoms(sh.n_in, 61)), dy(size_t(sh.n_out));
+    cudaError_t err = cudaSuccess;
+    auto run = [&](int i, cudaStream_t s) {
+      const cudaError_t e = launch_matvec(ggml_type::f32, w.at(i), sh.n_in, sh.n_out, dx.p, 1, dy.p, nullptr, s);
+      if (e != cudaSuccess) err = e;
+    };
+    double us[2];
+    for (int narrow = 0; narrow < 2; ++narrow) {
+      matvec_tuning tune;
+      tune.narrow_f32_rows = narrow == 1;
+      matvec_set_tuning(tune);
+      us[narrow] = time_us(run, true);
+      matvec_set_tuning({});
+    }
+    ASSERT_EQ(err, cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::printf("router F32 %lld x %lld, 1 tok: %.2f us (%.0f GB/s) with 512-thread groups, %.2f us with 128\n",
+                static_cast<long long>(sh.n_out), static_cast<long long>(sh.n_in), us[0],
+                double(w.bytes()) / (us[0] * 1e-6) / 1e9, us[1]);
+  }
+}
+
 // One launch per type on the gate/up shape, for a profiler (ncu --kernel-name regex:matvec);
 // asserts only that the launches succeed.
 TEST(big, matvec_profile) {

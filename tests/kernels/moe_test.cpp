@@ -1,9 +1,8 @@
-// The mixture-of-experts kernels (kernels/moe.h) against CPU references on random inputs (routing:
-// moe_route_test.cpp): the decode mat-vec over selected experts (every type, 1..8 tokens, k 1..8,
-// shared and per-pair x, fused gate/up, repeated and invalid ids), SwiGLU's int8 copy, combine,
-// grouping (exact), the grouped GEMM (partial tiles, idle experts, one expert with every
-// row) and its fused SwiGLU (bitwise against the GEMM then launch_swiglu). Benchmarks (big.*)
-// print decode GB/s and prefill TFLOPS. Skips without a CUDA device.
+// The mixture-of-experts kernels (kernels/moe.h) against CPU references on random inputs (the
+// decode mat-vec: moe_matvec_test.cpp; routing: moe_route_test.cpp): combine (and with the next
+// norm folded in), grouping (exact), the grouped GEMM (partial tiles, idle experts, one expert
+// with every row) and its fused SwiGLU (bitwise against the GEMM then launch_swiglu). Benchmarks
+// (big.*) print prefill TFLOPS. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,8 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -24,186 +21,18 @@
 #include "quant/half.h"
 #include "quant/quant.h"
 #include "kernel_test_util.h"
+#include "moe_test_util.h"
 
 namespace tandem {
 namespace {
 
 using test::dev;
+using test::experts;
+using test::make_experts;
 using test::quantize_matrix;
+using test::random_ids;
 using test::randoms;
 using test::time_us;
-
-// ---- Decode mat-vec -----------------------------------------------------------------------
-
-bool int8_activations(ggml_type t) { return t != ggml_type::f32 && t != ggml_type::f16; }
-
-// x as the quantized kernels see it (blocks of 32 rounded to d q, d = amax / 127: the same float
-// operations as the GPU's copy).
-std::vector<float> as_seen(const float* x, int64_t n, bool int8) {
-  std::vector<float> v(x, x + n);
-  if (!int8) return v;
-  for (int64_t b = 0; b < n; b += 32) {
-    float amax = 0.f;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b + i]));
-    const float d = amax / 127.f;
-    for (int i = 0; i < 32; ++i) v[b + i] = amax > 0.f ? d * std::nearbyint(x[b + i] / d) : 0.f;
-  }
-  return v;
-}
-
-struct experts {
-  std::vector<uint8_t> q;  // n_expert matrices back to back
-  std::vector<float> deq;  // the same dequantized
-  std::vector<float> gemm;  // the fp16 weights the grouped GEMM multiplies (test::gemm_weights)
-  size_t stride = 0;
-};
-
-experts make_experts(ggml_type t, int n_expert, int64_t n_in, int64_t n_out, uint32_t seed) {
-  experts x;
-  const size_t rb = *row_bytes(t, n_in);
-  x.stride = (rb * n_out + 15) / 16 * 16;
-  x.q.assign(x.stride * n_expert, 0);
-  x.deq.resize(size_t(n_expert) * n_out * n_in);
-  x.gemm.resize(x.deq.size());
-  for (int e = 0; e < n_expert; ++e) {
-    const auto q = quantize_matrix(t, randoms(size_t(n_in * n_out), seed + e), n_in, n_out);
-    std::copy(q.begin(), q.end(), x.q.begin() + e * x.stride);
-    for (int64_t o = 0; o < n_out; ++o) {
-      dequantize_row(t, q.data() + o * rb, x.deq.data() + (size_t(e) * n_out + o) * n_in, n_in);
-      test::gemm_weights(t, q.data() + o * rb, n_in, x.gemm.data() + (size_t(e) * n_out + o) * n_in);
-    }
-  }
-  return x;
-}
-
-// Random ids: distinct within a token, repeated across tokens (few experts), and with `bad`,
-// one id outside [0, n_expert).
-std::vector<int32_t> random_ids(int n_tok, int k, int n_expert, uint32_t seed, bool bad = false) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> ids;
-  for (int t = 0; t < n_tok; ++t) {
-    std::vector<int32_t> all(n_expert);
-    std::iota(all.begin(), all.end(), 0);
-    std::shuffle(all.begin(), all.end(), rng);
-    ids.insert(ids.end(), all.begin(), all.begin() + k);
-  }
-  if (bad) ids[ids.size() / 2] = n_expert + 3;
-  return ids;
-}
-
-// One case: n_outs matrix sets against x of n_tok rows (x_stride 0) or n_tok * k rows.
-void check_matvec(ggml_type t, int n_expert, int64_t n_in, int64_t n_out, int n_tok, int k, int64_t x_stride,
-                  int n_outs, bool bad_id) {
-  const std::string what = std::string(type_name(t)) + " E " + std::to_string(n_expert) + " " +
-                           std::to_string(n_out) + "x" + std::to_string(n_in) + " tok " + std::to_string(n_tok) +
-                           " k " + std::to_string(k) + " x_stride " + std::to_string(x_stride) + " outs " +
-                           std::to_string(n_outs);
-  SCOPED_TRACE(what);
-  experts ex[2] = {make_experts(t, n_expert, n_in, n_out, 50), make_experts(t, n_expert, n_in, n_out, 950)};
-  const int n_pairs = n_tok * k, x_rows = x_stride == 0 ? n_tok : n_pairs;
-  const int64_t xs = x_stride == 0 ? n_in : x_stride;
-  auto x = randoms(size_t(x_rows * xs), 77);
-  std::fill(x.begin(), x.begin() + 32, 0.f);  // an all-zero block (d = 0)
-  const auto ids = random_ids(n_tok, k, n_expert, 5, bad_id);
-  dev<uint8_t> w0(ex[0].q), w1(ex[1].q), work(moe_matvec_work_bytes(n_in, x_rows));
-  dev<float> dx(x), y0(size_t(n_pairs * n_out)), y1(size_t(n_pairs * n_out));
-  dev<int32_t> di(ids);
-  const moe_matvec_output outs[2] = {{w0.p, y0.p}, {w1.p, y1.p}};
-  ASSERT_EQ(launch_moe_matvec_multi(t, outs, n_outs, ex[0].stride, n_expert, n_in, n_out, dx.p, x_stride, false,
-                                    n_tok, k, di.p, work.p, nullptr),
-            cudaSuccess);
-  const std::vector<float> got[2] = {y0.host(), y1.host()};
-  for (int m = 0; m < n_outs; ++m)
-    for (int p = 0; p < n_pairs; ++p) {
-      const int e = ids[p];
-      const int64_t xr = x_stride == 0 ? p / k : p;
-      const auto xv = as_seen(x.data() + xr * xs, n_in, int8_activations(t));
-      for (int64_t o = 0; o < n_out; ++o) {
-        const float g = got[m][p * n_out + o];
-        if (e < 0 || e >= n_expert) {
-          ASSERT_TRUE(std::isnan(g)) << "pair " << p << " row " << o << " (invalid id)";
-          continue;
-        }
-        const float* wr = ex[m].deq.data() + (size_t(e) * n_out + o) * n_in;
-        double exact = 0, mag = 0;
-        for (int64_t i = 0; i < n_in; ++i) exact += double(wr[i]) * xv[i], mag += std::fabs(double(wr[i]) * xv[i]);
-        // Against the dequantized weights and x as the kernel sees it: float32 rounding in a
-        // different order only (as matvec_test: 2e-5 of sum |w x|).
-        ASSERT_NEAR(g, exact, 2e-5 * mag + 1e-6) << "mat " << m << " pair " << p << " row " << o;
-      }
-    }
-}
-
-const ggml_type k_types[] = {ggml_type::f32,  ggml_type::f16,  ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0,
-                             ggml_type::q5_1, ggml_type::q8_0, ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k};
-
-class moe_types : public ::testing::TestWithParam<ggml_type> {};
-
-TEST_P(moe_types, matvec_matches_cpu) {
-  REQUIRE_GPU();
-  const ggml_type t = GetParam();
-  // 256 inputs: 8-lane sub-warps for K-quants; 768: 16 lanes (the down projection's shape);
-  // 2048: whole warps (gate/up). n_out not a multiple of the rows per group.
-  check_matvec(t, 128, 256, 21, 1, 8, 0, 1, false);
-  check_matvec(t, 4, 768, 37, 3, 2, 0, 2, false);
-  check_matvec(t, 8, 768, 40, 8, 8, 768, 1, false);
-  check_matvec(t, 16, 2048, 19, 2, 4, 0, 2, true);
-  check_matvec(t, 6, 512, 33, 5, 1, 512 + 32, 1, false);
-}
-
-INSTANTIATE_TEST_SUITE_P(all, moe_types, ::testing::ValuesIn(k_types),
-                         [](const auto& info) { return std::string(type_name(info.param)); });
-
-TEST(moe, swiglu_q8_feeds_down_projection) {
-  REQUIRE_GPU();
-  const int rows = 10, n = 768, n_expert = 12, n_out = 64, n_tok = 1, k = 10;
-  const auto g = randoms(size_t(rows * n), 3, -3.f, 3.f), u = randoms(size_t(rows * n), 4);
-  dev<float> dg(g), du(u), h(size_t(rows * n)), ya(size_t(rows * n_out)), yb(size_t(rows * n_out));
-  dev<uint8_t> work(moe_matvec_work_bytes(n, rows)), work2(moe_matvec_work_bytes(n, rows));
-  ASSERT_EQ(launch_moe_swiglu_q8(dg.p, du.p, h.p, rows, n, work.p, nullptr), cudaSuccess);
-  const auto hh = h.host();
-  for (int i = 0; i < rows * n; ++i) {
-    const float want = g[i] / (1.f + std::exp(-g[i])) * u[i];
-    ASSERT_NEAR(hh[i], want, 1e-6f * std::fabs(want) + 1e-7f) << i;  // expf vs exp: ulps
-  }
-  const auto ex = make_experts(ggml_type::q4_k, n_expert, n, n_out, 9);
-  dev<uint8_t> w(ex.q);
-  dev<int32_t> ids(random_ids(n_tok, k, n_expert, 2));
-  const moe_matvec_output o{w.p, ya.p}, o2{w.p, yb.p};
-  ASSERT_EQ(launch_moe_matvec_multi(ggml_type::q4_k, &o, 1, ex.stride, n_expert, n, n_out, nullptr, n, true, n_tok, k,
-                                    ids.p, work.p, nullptr),
-            cudaSuccess);
-  ASSERT_EQ(launch_moe_matvec_multi(ggml_type::q4_k, &o2, 1, ex.stride, n_expert, n, n_out, h.p, n, false, n_tok, k,
-                                    ids.p, work2.p, nullptr),
-            cudaSuccess);
-  // The same floats quantized by the same warp code: identical results.
-  EXPECT_EQ(ya.host(), yb.host());
-}
-
-TEST(moe, matvec_rejects_bad_arguments) {
-  REQUIRE_GPU();
-  dev<uint8_t> w(size_t(1 << 16)), work(moe_matvec_work_bytes(256, 64));
-  dev<float> x(size_t(4096)), y(size_t(4096));
-  dev<int32_t> ids(size_t(64));
-  const auto q4k = ggml_type::q4_k;
-  EXPECT_EQ(launch_moe_matvec(q4k, w.p, 4096, 4, 128, 4, x.p, 0, 1, 2, ids.p, y.p, work.p, nullptr),
-            cudaErrorInvalidValue);  // n_in not a multiple of 256
-  EXPECT_EQ(launch_moe_matvec(q4k, w.p, 4096, 4, 256, 4, x.p, 0, 9, 2, ids.p, y.p, work.p, nullptr),
-            cudaErrorInvalidValue);  // too many tokens
-  EXPECT_EQ(launch_moe_matvec(q4k, w.p, 4096, 4, 256, 4, x.p, 0, 1, 17, ids.p, y.p, work.p, nullptr),
-            cudaErrorInvalidValue);  // k
-  EXPECT_EQ(launch_moe_matvec(q4k, w.p, 4096, 4, 256, 4, x.p, 128, 1, 2, ids.p, y.p, work.p, nullptr),
-            cudaErrorInvalidValue);  // x_stride < n_in
-  EXPECT_EQ(launch_moe_matvec(q4k, w.p, 4096, 4, 256, 4, x.p, 0, 1, 2, ids.p, y.p, nullptr, nullptr),
-            cudaErrorInvalidValue);  // no workspace
-  EXPECT_EQ(launch_moe_matvec(q4k, w.p, 4100, 4, 256, 4, x.p, 0, 1, 2, ids.p, y.p, work.p, nullptr),
-            cudaErrorMisalignedAddress);
-  EXPECT_EQ(launch_moe_matvec(q4k, w.p + 2, 4096, 4, 256, 4, x.p, 0, 1, 2, ids.p, y.p, work.p, nullptr),
-            cudaErrorMisalignedAddress);
-  EXPECT_EQ(launch_moe_matvec(ggml_type::bf16, w.p, 4096, 4, 256, 4, x.p, 0, 1, 2, ids.p, y.p, work.p, nullptr),
-            cudaErrorInvalidValue);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-}
 
 // The routed sum, then (shared 1: gate logits given, 2: the float32 gate row dotted with x in
 // the launch) the shared expert's sigmoid-gated rows.
@@ -247,6 +76,73 @@ TEST(moe, combine_weighted_sum_residual_and_shared_expert) {
       }
     }
   }
+}
+
+// The combine with the next layer's input norm folded in against the combine followed by
+// launch_rms_norm_q8 (what the layer would launch): the same bits in x, xn and xn's int8 copy,
+// for every shared-term form, k of 8 and more, 1..8 tokens and rows of 1024..8192.
+TEST(moe, combine_norm_is_combine_then_norm_bits) {
+  REQUIRE_GPU();
+  for (int shared : {0, 1, 2})
+  for (int k : {8, 10})
+  for (int64_t n : {1024, 2048, 3072, 8192})
+  for (int n_tok : {1, 3, 8}) {
+    const auto y = randoms(size_t(n_tok * k * n), 31), w = randoms(size_t(n_tok * k), 32, 0.f, 1.f),
+               r = randoms(size_t(n_tok * n), 33), ys = randoms(size_t(n_tok * n), 34),
+               gl = randoms(size_t(n_tok), 35, -4.f, 4.f), row = randoms(size_t(n), 36, -0.1f, 0.1f),
+               xs = randoms(size_t(n_tok * n), 37), nw = randoms(size_t(n), 38, 0.5f, 1.5f);
+    dev<float> dy(y), dw(w), dys(ys), dgl(gl), drow(row), dnw(nw);
+    dev<float> x1(r), x2(r), xs1(xs), xs2(xs), xn1(size_t(n_tok * n)), xn2(size_t(n_tok * n));
+    dev<uint8_t> work1(matvec_work_bytes(n, n_tok)), work2(matvec_work_bytes(n, n_tok));
+    // The gate's x is the layer's normed input, which the folded norm then overwrites (xn).
+    moe_shared_term s1, s2;
+    s1.y = s2.y = dys.p;
+    if (shared == 1) s1.gate_logits = s2.gate_logits = dgl.p;
+    if (shared == 2) s1.gate_row = s2.gate_row = drow.p, s1.x = xs1.p, s2.x = xs2.p;
+    ASSERT_EQ(launch_moe_combine(dy.p, dw.p, n_tok, k, n, x1.p, true, nullptr, shared ? &s1 : nullptr), cudaSuccess);
+    ASSERT_EQ(launch_rms_norm_q8(x1.p, dnw.p, xn1.p, n_tok, int(n), 1e-6f, work1.p, nullptr), cudaSuccess);
+    moe_next_norm nn;
+    nn.w = dnw.p, nn.eps = 1e-6f, nn.xn = shared == 2 ? xs2.p : xn2.p, nn.work = work2.p;
+    ASSERT_TRUE(moe_combine_norm_fits(n_tok, n));
+    ASSERT_EQ(launch_moe_combine_norm(dy.p, dw.p, n_tok, k, n, x2.p, true, nullptr, shared ? &s2 : nullptr, nn),
+              cudaSuccess);
+    const std::string what = "shared " + std::to_string(shared) + " k " + std::to_string(k) + " n " +
+                             std::to_string(n) + " tokens " + std::to_string(n_tok);
+    const auto bits = [](const std::vector<float>& v) {
+      std::vector<uint32_t> b(v.size());
+      std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+      return b;
+    };
+    ASSERT_EQ(bits(x1.host()), bits(x2.host())) << what << ": x";
+    ASSERT_EQ(bits(xn1.host()), bits(shared == 2 ? xs2.host() : xn2.host())) << what << ": xn";
+    const matvec_qx q1 = matvec_x_parts(work1.p, n, n_tok), q2 = matvec_x_parts(work2.p, n, n_tok);
+    const size_t qbytes = size_t(reinterpret_cast<uint8_t*>(q1.ds) - work1.p) + size_t(n / 32 * n_tok) * sizeof(float2);
+    std::vector<uint8_t> h1(qbytes), h2(qbytes);
+    ASSERT_EQ(cudaMemcpy(h1.data(), work1.p, qbytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(h2.data(), work2.p, qbytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(reinterpret_cast<uint8_t*>(q2.ds) - work2.p, reinterpret_cast<uint8_t*>(q1.ds) - work1.p);
+    ASSERT_EQ(h1, h2) << what << ": int8 copy";
+  }
+}
+
+TEST(moe, combine_norm_rejects_what_it_does_not_fit) {
+  REQUIRE_GPU();
+  dev<float> y(size_t(8 * 2048)), w(size_t(8)), out(size_t(2048)), nw(size_t(2048)), xn(size_t(2048));
+  dev<uint8_t> work(matvec_work_bytes(2048, 1));
+  moe_next_norm nn;
+  nn.w = nw.p, nn.eps = 1e-6f, nn.xn = xn.p, nn.work = work.p;
+  EXPECT_FALSE(moe_combine_norm_fits(1, 1000));   // not a multiple of 32
+  EXPECT_FALSE(moe_combine_norm_fits(1, 512));    // below the wide norm's rows
+  EXPECT_FALSE(moe_combine_norm_fits(9, 2048));   // more tokens than a decode step
+  EXPECT_FALSE(moe_combine_norm_fits(1, 8224));   // past the registers' 8192
+  EXPECT_EQ(launch_moe_combine_norm(y.p, w.p, 1, 8, 1000, out.p, true, nullptr, nullptr, nn), cudaErrorInvalidValue);
+  nn.work = nullptr;
+  EXPECT_EQ(launch_moe_combine_norm(y.p, w.p, 1, 8, 2048, out.p, true, nullptr, nullptr, nn), cudaErrorInvalidValue);
+  nn.work = work.p;
+  EXPECT_EQ(launch_moe_combine_norm(y.p, w.p, 1, 8, 2048, out.p + 1, true, nullptr, nullptr, nn),
+            cudaErrorMisalignedAddress);
+  EXPECT_EQ(launch_moe_combine_norm(y.p, w.p, 1, 8, 2048, out.p, true, nullptr, nullptr, nn), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 TEST(moe, combine_rejects_incomplete_shared_term) {
@@ -623,39 +519,6 @@ TEST(moe, grouped_gemm_swiglu_rejects_bad_arguments) {
 }
 
 // ---- Benchmarks ---------------------------------------------------------------------------
-
-
-// Qwen3-30B-A3B shapes, Q4_K: 128 experts x (768 x 2048) gate/up fused, one token, top-8, from
-// CUDA graphs (so also capturable): GB/s of the active expert bytes, against launch_matvec on a
-// dense matrix of the same active rows (8 * 768 * 2 x 2048). Several layer copies (> L2).
-TEST(big, moe_decode_bandwidth) {
-  REQUIRE_GPU();
-  const int n_expert = 128, k = 8, layers = 6;
-  const int64_t n_in = 2048, n_ff = 768;
-  const size_t rb = *row_bytes(ggml_type::q4_k, n_in), stride = rb * n_ff;
-  const auto tile = quantize_matrix(ggml_type::q4_k, randoms(size_t(n_in * 64), 1), n_in, 64);
-  std::vector<uint8_t> all(stride * n_expert * layers);
-  for (size_t i = 0; i < all.size(); i += tile.size()) std::copy_n(tile.begin(), std::min(tile.size(), all.size() - i), all.begin() + i);
-  dev<uint8_t> wg(all), wu(all), work(moe_matvec_work_bytes(n_in, 8));
-  dev<float> x(randoms(size_t(n_in * 8), 2)), yg(size_t(8 * k * n_ff)), yu(size_t(8 * k * n_ff));
-  for (int n_tok : {1, 4, 8}) {
-    dev<int32_t> ids(random_ids(n_tok, k, n_expert, 3));
-    const double us = time_us([&](int i, cudaStream_t s) {
-      const size_t off = stride * n_expert * (i % layers);
-      const moe_matvec_output o[2] = {{wg.p + off, yg.p}, {wu.p + off, yu.p}};
-      launch_moe_matvec_multi(ggml_type::q4_k, o, 2, stride, n_expert, n_in, n_ff, x.p, 0, false, n_tok, k, ids.p,
-                              work.p, s);
-    }, true);
-    const double bytes = 2.0 * n_tok * k * stride;  // upper bound: repeated experts across tokens count twice
-    std::printf("moe gate+up q4_k tok %d: %.1f us, %.0f GB/s of pair bytes\n", n_tok, us, bytes / us / 1e3);
-  }
-  const double dense = time_us([&](int i, cudaStream_t s) {
-    const size_t off = stride * n_expert * (i % layers);
-    launch_matvec(ggml_type::q4_k, wg.p + off, n_in, 2 * k * n_ff, x.p, 1, yg.p, work.p, s);
-  }, true);
-  std::printf("dense launch_matvec same active rows: %.1f us, %.0f GB/s\n", dense, 2.0 * k * stride / dense / 1e3);
-  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-}
 
 // Prefill: 2048 tokens, top-8 of 128 experts, gate+up (2048 -> 768 x 2) and down (768 -> 2048),
 // Q4_K: TFLOPS counted on the active FLOPs (2 n_tok k n_in n_out per matrix).

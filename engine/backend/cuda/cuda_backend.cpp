@@ -56,6 +56,8 @@ status cuda_backend::init(const cuda_backend_options& opt) {
   head_float_ = head_float && std::string_view(head_float) == "1";
   const char* side = std::getenv("TANDEM_CUDA_SIDE_STREAM");
   side_stream_ = !(side && std::string_view(side) == "0");
+  const char* fused = std::getenv("TANDEM_CUDA_FUSED_SWIGLU");
+  fused_swiglu_ = !(fused && std::string_view(fused) == "0");
   upload_options up;
   up.slot_bytes = opt.staging_bytes;
   up.threads = opt.upload_threads;
@@ -231,6 +233,7 @@ status cuda_backend::enqueue(cuda_kv_cache& cache, bool argmax) {
                                     dev_ints(plan_.off_tokens), T, hp.n_embd, x_.get<float>(), s));
   if (comm_) TANDEM_TRY(comm_->broadcast(x_.get<float>(), size_t(T) * hp.n_embd, lead_rank_, s));
   TANDEM_TRY(mark("embedding"));
+  norm_folded_ = -1;
   for (uint32_t il = range_.layer_begin; il < range_.layer_end; ++il) TANDEM_TRY(layer(il, cache));
 
   // Only rows that want logits pay for the output head.
@@ -393,15 +396,65 @@ bool cuda_backend::matvec_ready(std::initializer_list<const device_matrix*> ws, 
 }
 
 // y = W·x (or y += W·x) for each job from the int8 copy of x already in matvec_work_ (or in
-// work, on stream s).
+// work, on stream s), k_matvec_max_outputs jobs a launch_matvec_jobs.
+status cuda_backend::matvec_job_list(const matmul_job* jobs, int n_jobs, const float* x, int n_tok, bool add,
+                                     void* work, cudaStream_t s) {
+  for (int i = 0; i < n_jobs; i += k_matvec_max_outputs) {
+    matvec_job js[k_matvec_max_outputs];
+    int n = 0;
+    for (int j = i; j < std::min(n_jobs, i + k_matvec_max_outputs); ++j)
+      js[n++] = {jobs[j].w->type, jobs[j].w->data, jobs[j].w->n_out, jobs[j].y};
+    TANDEM_CUDA_TRY(launch_matvec_jobs(jobs[0].w->n_in, js, n, x, true, n_tok, add, work ? work : matvec_work_.get(),
+                                       work ? s : ctx_->stream()));
+  }
+  return {};
+}
+
 status cuda_backend::matvec_quantized(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add,
                                       void* work, cudaStream_t s) {
-  matvec_job js[k_matvec_max_outputs];
-  int n = 0;
-  for (const auto& j : jobs) js[n++] = {j.w->type, j.w->data, j.w->n_out, j.y};
-  TANDEM_CUDA_TRY(launch_matvec_jobs(jobs.begin()->w->n_in, js, n, x, true, n_tok, add,
-                                     work ? work : matvec_work_.get(), work ? s : ctx_->stream()));
-  return {};
+  return matvec_job_list(jobs.begin(), int(jobs.size()), x, n_tok, add, work, s);
+}
+
+// Decode projections of one x (its int8 copy in matvec_work_) whose matrices differ in type take
+// a launch a type, one after another on one stream. Here the first job's type goes on the main
+// stream and the others beside it on the side stream. forked: the side stream took some; the
+// caller joins it (ctx_->join_side()) before reading their outputs. One stream when profiling
+// (its groups are timed there) or with TANDEM_CUDA_SIDE_STREAM=0.
+status cuda_backend::matvec_quantized_beside(std::initializer_list<matmul_job> jobs, const float* x, int n_tok,
+                                             bool& forked) {
+  constexpr int k_max = 8;
+  matmul_job on_main[k_max], on_side[k_max];
+  int nm = 0, ns = 0;
+  const bool side = side_stream_ && !profile_;
+  for (const matmul_job& j : jobs) {
+    if (nm + ns == k_max) return make_error("CUDA backend: more than ", k_max, " projections of one x");
+    if (!side || j.w->type == jobs.begin()->w->type)
+      on_main[nm++] = j;
+    else
+      on_side[ns++] = j;
+  }
+  forked = ns > 0;
+  if (forked) {
+    TANDEM_TRY(ctx_->fork_side());
+    TANDEM_TRY(matvec_job_list(on_side, ns, x, n_tok, false, matvec_work_.get(), ctx_->side_stream()));
+  }
+  return matvec_job_list(on_main, nm, x, n_tok, false, nullptr, nullptr);
+}
+
+// Whether layer il + 1 on this device opens with launch_rms_norm_q8 of x by its attn_norm (its
+// projections all take the mat-vec) with nothing summing x in between (a tensor split does): then
+// layer il's combine may write that norm itself (launch_moe_combine_norm, the same bits) and layer
+// il + 1 skips the launch (norm_folded_).
+bool cuda_backend::next_norm_foldable(uint32_t il, int T, moe_next_norm& nn) const {
+  const uint32_t next = il + 1;
+  if (comm_ || next >= range_.layer_end || !moe_combine_norm_fits(T, int64_t(hp_.n_embd))) return false;
+  const auto& L = w_.layers[next];
+  const bool q8 = hp_.kind(next) == layer_kind::delta_net
+                      ? matvec_ready({&L.dn_qkv, &L.dn_gate, &L.dn_beta, &L.dn_alpha}, T)
+                      : hp_.n_head_kv > 0 && matvec_ready({&L.wq, &L.wk, &L.wv}, T);
+  if (!q8) return false;
+  nn.w = L.attn_norm, nn.eps = hp_.rms_eps, nn.xn = xn_.get<float>(), nn.work = matvec_work_.get();
+  return true;
 }
 
 // One layer. In a tensor split each device computes its heads' and FFN columns' share of the
@@ -442,10 +495,11 @@ status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
         *v = v_.get<float>();
   float* wq_out = hybrid() ? qg_.get<float>() : q;  // gated attention: [q, gate] rows, split below
   void* work = matvec_work_.get();
+  bool forked = false;  // decode: wk / wv of another type than wq's on the side stream
   if (matvec_ready({&L.wq, &L.wk, &L.wv}, T)) {
-    TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp.rms_eps, work, s));
+    if (norm_folded_ != int64_t(il)) TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp.rms_eps, work, s));
     TANDEM_TRY(mark("attention norm"));
-    TANDEM_TRY(matvec_quantized({{&L.wq, wq_out}, {&L.wk, k}, {&L.wv, v}}, xn, T, false));
+    TANDEM_TRY(matvec_quantized_beside({{&L.wq, wq_out}, {&L.wk, k}, {&L.wv, v}}, xn, T, forked));
   } else {
     TANDEM_CUDA_TRY(launch_rms_norm(x, L.attn_norm, xn, T, E, hp.rms_eps, s));
     TANDEM_TRY(mark("attention norm"));
@@ -453,6 +507,7 @@ status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
   }
   TANDEM_TRY(mark("wq wk wv"));
   if (hybrid()) TANDEM_TRY(split_q_gate(T));
+  if (forked) TANDEM_TRY(ctx_->join_side());
   if (L.bq) {
     TANDEM_CUDA_TRY(launch_add_bias(q, L.bq, T, QD, s));
     TANDEM_CUDA_TRY(launch_add_bias(k, L.bk, T, KD, s));
@@ -483,13 +538,14 @@ status cuda_backend::attention_block(uint32_t il, cuda_kv_cache& cache) {
                                     dev_ints(plan_.off_slots), T, KD, s));
   }
   TANDEM_TRY(mark("q k norm, rope, kv store"));
-  // Decode steps whose tokens all take the paged kernel get att's int8 copy from it (not when
-  // the output gate changes att afterwards).
-  const bool att_q8 = plan_.runs.empty() && matvec_ready({&L.wo}, T) && !hybrid();
+  // Decode steps whose tokens all take the paged kernel get att's int8 copy from it, or, where
+  // the output gate changes att afterwards, from the gate's launch.
+  const bool gated = hybrid(), wo_q8 = matvec_ready({&L.wo}, T) && L.wo.n_in == QD;
+  const bool att_q8 = plan_.runs.empty() && wo_q8 && !gated, gate_q8 = gated && wo_q8 && D % 32 == 0;
   TANDEM_TRY(attention(il, cache, att_q8));
   TANDEM_TRY(mark("attention"));
-  if (hybrid()) TANDEM_TRY(gate_attention(T));
-  if (att_q8) {
+  if (gated) TANDEM_TRY(gate_attention(T, gate_q8));
+  if (att_q8 || gate_q8) {
     TANDEM_TRY(matvec_quantized({{&L.wo, x}}, att_.get<float>(), T, adds_residual()));  // x += wo·att
   } else {
     TANDEM_TRY(matmul_fused({{&L.wo, x}}, att_.get<float>(), T, adds_residual()));

@@ -25,6 +25,7 @@
 namespace tandem {
 
 struct moe_shared_term;  // kernels/moe.h
+struct moe_next_norm;    // kernels/moe.h
 
 class cuda_backend final : public cuda_stage {
  public:
@@ -103,6 +104,9 @@ class cuda_backend final : public cuda_stage {
   bool matvec_ready(std::initializer_list<const device_matrix*> ws, int n_tok) const;
   status matvec_quantized(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool add,
                           void* work = nullptr, cudaStream_t s = nullptr);
+  status matvec_job_list(const matmul_job* jobs, int n_jobs, const float* x, int n_tok, bool add, void* work,
+                         cudaStream_t s);
+  status matvec_quantized_beside(std::initializer_list<matmul_job> jobs, const float* x, int n_tok, bool& forked);
   const int32_t* dev_ints(size_t off) const { return ints_.get<int32_t>() + off; }
 
   // Hybrid models (cuda_hybrid_block.cpp).
@@ -111,7 +115,7 @@ class cuda_backend final : public cuda_stage {
   status ensure_hybrid_scratch(int n_tok);
   // Gated attention: splits wq's [q, gate] rows into q_ and attn_gate_; gates att_ before wo.
   status split_q_gate(int n_tok);
-  status gate_attention(int n_tok);
+  status gate_attention(int n_tok, bool quantize);  // quantize: also att's int8 copy for wo's mat-vec
   // Marks the batch's sequences' states unknown before a step that updates them, and records
   // their new lengths once the step has completed (forward's copy_out synchronised).
   void begin_states(const batch& b, cuda_kv_cache& cache);
@@ -161,7 +165,11 @@ class cuda_backend final : public cuda_stage {
   // experts' own workspace (the int8 copy of x, or fp16 x and the grouping's histograms).
   device_buffer moe_logits_, moe_ids_, moe_w_, moe_gate_, moe_up_, moe_y_, moe_group_, moe_work_;
   device_buffer shexp_work_;  // decode's shared expert on the side stream: the int8 copy of its h
-  bool side_stream_ = true;   // TANDEM_CUDA_SIDE_STREAM=0: decode's shared expert on the main stream
+  bool side_stream_ = true;   // TANDEM_CUDA_SIDE_STREAM=0: decode on the main stream alone
+  bool fused_swiglu_ = true;  // TANDEM_CUDA_FUSED_SWIGLU=0: decode's expert SwiGLU as its own launch
+  // The layer whose input norm the previous layer's combine wrote (-1: none this step).
+  int64_t norm_folded_ = -1;
+  bool next_norm_foldable(uint32_t il, int n_tok, moe_next_norm& nn) const;
   int scratch_tokens_ = 0;
   cuda_graph_cache graphs_;
   bool use_graphs_ = true;

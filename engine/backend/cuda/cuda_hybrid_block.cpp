@@ -63,15 +63,19 @@ status cuda_backend::delta_net_block(uint32_t il, cuda_kv_cache& cache) {
   const bool ba = L.dn_ba.n_out == 2 * Hv;
   float* a = ba ? b + Hv : a_sep;
   const int64_t gate_stride = ba ? 2 * Hv : Hv;
+  // Decode: the projections of types other than qkv's (z's and the gate inputs', say) run on the
+  // side stream beside qkv's and the conv; the rule joins them.
+  bool forked = false;
   if (matvec_ready({&L.dn_qkv, &L.dn_gate, &L.dn_beta, &L.dn_alpha}, T)) {
     // The launches read the one int8 copy of xn the norm writes.
-    TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp_.rms_eps, matvec_work_.get(), s));
+    if (norm_folded_ != int64_t(il))
+      TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.attn_norm, xn, T, E, hp_.rms_eps, matvec_work_.get(), s));
     TANDEM_TRY(mark("DeltaNet norm"));
     if (ba) {
-      TANDEM_TRY(matvec_quantized({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_ba, b}}, xn, T, false));
+      TANDEM_TRY(matvec_quantized_beside({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_ba, b}}, xn, T, forked));
     } else {
-      TANDEM_TRY(matvec_quantized({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_beta, b}}, xn, T, false));
-      TANDEM_TRY(matvec_quantized({{&L.dn_alpha, a}}, xn, T, false));
+      TANDEM_TRY(matvec_quantized_beside({{&L.dn_qkv, qkv}, {&L.dn_gate, z}, {&L.dn_beta, b}, {&L.dn_alpha, a}}, xn, T,
+                                         forked));
     }
   } else {
     TANDEM_CUDA_TRY(launch_rms_norm(x, L.attn_norm, xn, T, E, hp_.rms_eps, s));
@@ -99,6 +103,7 @@ status cuda_backend::delta_net_block(uint32_t il, cuda_kv_cache& cache) {
   r.Hk = int(dn.n_k_heads), r.Hv = Hv, r.dk = int(dn.k_dim), r.dv = int(dn.v_dim);
   r.S = cache.ssm_state(il);
   r.out = dn_o_.get<float>();
+  if (forked) TANDEM_TRY(ctx_->join_side());
   if (dn_chunked_enabled() && plan_.dn_max_tokens >= k_dn_chunked_min_tokens)
     TANDEM_CUDA_TRY(launch_dn_rule_chunked(r, runs, T, dn_work_.get(), dn_work_.size(), s));
   else
@@ -124,9 +129,11 @@ status cuda_backend::split_q_gate(int n_tok) {
   return {};
 }
 
-status cuda_backend::gate_attention(int n_tok) {
+status cuda_backend::gate_attention(int n_tok, bool quantize) {
   const int64_t n = int64_t(n_tok) * hp_.n_head * hp_.head_dim;
-  TANDEM_CUDA_TRY(launch_sigmoid_mul(att_.get<float>(), attn_gate_.get<float>(), n, ctx_->stream()));
+  const matvec_qx q = matvec_x_parts(matvec_work_.get(), n / std::max(n_tok, 1), n_tok);
+  TANDEM_CUDA_TRY(launch_sigmoid_mul(att_.get<float>(), attn_gate_.get<float>(), n, ctx_->stream(),
+                                     quantize ? q.q : nullptr, quantize ? q.ds : nullptr));
   return mark("attention gate");
 }
 

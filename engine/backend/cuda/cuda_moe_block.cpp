@@ -82,14 +82,23 @@ status cuda_backend::moe_block(uint32_t il) {
   TANDEM_TRY(dec ? moe_experts_decode(L, xn, T, xq) : moe_experts_prefill(L, xn, T));
   if (shared && !side) TANDEM_TRY(moe_shared_expert(L, xn, T, xq, !dec, sh));
   if (side) TANDEM_TRY(ctx_->join_side());
-  TANDEM_CUDA_TRY(launch_moe_combine(moe_y_.get<float>(), moe_w_.get<float>(), T, k, E, x, true, s,
-                                     hp_.n_ff_shexp > 0 ? &sh : nullptr));
+  // Decode: the next layer's input norm folds into the combine (one launch fewer a layer).
+  moe_next_norm nn;
+  if (dec && next_norm_foldable(il, T, nn)) {
+    TANDEM_CUDA_TRY(launch_moe_combine_norm(moe_y_.get<float>(), moe_w_.get<float>(), T, k, E, x, true, s,
+                                            shared ? &sh : nullptr, nn));
+    norm_folded_ = int64_t(il) + 1;
+  } else {
+    TANDEM_CUDA_TRY(launch_moe_combine(moe_y_.get<float>(), moe_w_.get<float>(), T, k, E, x, true, s,
+                                       shared ? &sh : nullptr));
+  }
   return mark("experts combine");
 }
 
-// Decode: each (token, slot)'s expert read on the device; gate and up in one launch when they
-// share a type (x_quantized: reading xn's int8 copy from matvec_work_), the SwiGLU writing down's
-// int8 input.
+// Decode: each (token, slot)'s expert read on the device. Gate, up and the SwiGLU (writing down's
+// int8 input) take one launch where the norm left xn's int8 copy in matvec_work_ and gate and up
+// share a type that reads int8 x; else gate and up take one launch when they share a type, and
+// the SwiGLU its own.
 status cuda_backend::moe_experts_decode(const device_layer& L, const float* xn, int T, bool x_quantized) {
   const cudaStream_t s = ctx_->stream();
   const int k = int(hp_.n_expert_used), n_exp = int(hp_.n_expert);
@@ -98,19 +107,26 @@ status cuda_backend::moe_experts_decode(const device_layer& L, const float* xn, 
   float *g = moe_gate_.get<float>(), *u = moe_up_.get<float>();
   void* work = moe_work_.get();
   const size_t gu_stride = expert_stride(L.gate_exps, F);
-  if (L.gate_exps.type == L.up_exps.type) {
-    const moe_matvec_output outs[2] = {{L.gate_exps.data, g}, {L.up_exps.data, u}};
-    TANDEM_CUDA_TRY(launch_moe_matvec_multi(L.gate_exps.type, outs, 2, gu_stride, n_exp, E, F, xn, 0, x_quantized, T,
-                                            k, ids, x_quantized ? matvec_work_.get() : work, s));
+  const moe_matvec_output outs[2] = {{L.gate_exps.data, g}, {L.up_exps.data, u}};
+  const bool same = L.gate_exps.type == L.up_exps.type;
+  if (fused_swiglu_ && x_quantized && same && gpu_can_moe_matvec_swiglu(L.gate_exps.type, F)) {
+    TANDEM_CUDA_TRY(launch_moe_matvec_swiglu(L.gate_exps.type, outs, gu_stride, n_exp, E, F, matvec_work_.get(), T, k,
+                                             ids, work, s));
+    TANDEM_TRY(mark("experts gate up swiglu"));
   } else {
-    TANDEM_CUDA_TRY(launch_moe_matvec(L.gate_exps.type, L.gate_exps.data, gu_stride, n_exp, E, F, xn, 0, T, k, ids, g,
-                                      work, s));
-    TANDEM_CUDA_TRY(launch_moe_matvec(L.up_exps.type, L.up_exps.data, expert_stride(L.up_exps, F), n_exp, E, F, xn, 0, T,
-                                      k, ids, u, work, s));
+    if (same) {
+      TANDEM_CUDA_TRY(launch_moe_matvec_multi(L.gate_exps.type, outs, 2, gu_stride, n_exp, E, F, xn, 0, x_quantized,
+                                              T, k, ids, x_quantized ? matvec_work_.get() : work, s));
+    } else {
+      TANDEM_CUDA_TRY(launch_moe_matvec(L.gate_exps.type, L.gate_exps.data, gu_stride, n_exp, E, F, xn, 0, T, k, ids,
+                                        g, work, s));
+      TANDEM_CUDA_TRY(launch_moe_matvec(L.up_exps.type, L.up_exps.data, expert_stride(L.up_exps, F), n_exp, E, F, xn,
+                                        0, T, k, ids, u, work, s));
+    }
+    TANDEM_TRY(mark("experts gate up"));
+    TANDEM_CUDA_TRY(launch_moe_swiglu_q8(g, u, g, T * k, int(F), work, s));
+    TANDEM_TRY(mark("experts swiglu"));
   }
-  TANDEM_TRY(mark("experts gate up"));
-  TANDEM_CUDA_TRY(launch_moe_swiglu_q8(g, u, g, T * k, int(F), work, s));
-  TANDEM_TRY(mark("experts swiglu"));
   const moe_matvec_output down[1] = {{L.down_exps.data, moe_y_.get<float>()}};
   TANDEM_CUDA_TRY(launch_moe_matvec_multi(L.down_exps.type, down, 1, expert_stride(L.down_exps, E), n_exp, F, E, g, F,
                                           true, T, k, ids, work, s));

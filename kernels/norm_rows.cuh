@@ -1,0 +1,78 @@
+// Row RMSNorm pieces shared by the norm kernels (kernels/layer_ops.cu) and the decode combine that
+// folds the next layer's input norm in (kernels/moe.cu), so both give the same bits: the block
+// sum, the wide rows' register layout and tail, and the 8-lane int8 quantization of float4s.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::norm {
+
+// Wide rows (n % 4 == 0, n <= 4 * k_threads * k_chunks): each thread keeps float4 chunks
+// c = k * k_threads + threadIdx.x in registers, so a row is read once with all loads in flight.
+constexpr int k_threads = 256;
+constexpr int k_chunks = 8;
+
+// The sum of v over the block, in warp order (every thread gets the same bits). shared: 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* shared) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float total = 0.f;
+  const int n_warps = blockDim.x / 32;
+  for (int i = 0; i < n_warps; ++i) total += shared[i];
+  __syncthreads();
+  return total;
+}
+
+// The mat-vec's int8 copy of a 32-value block that 8 lanes hold as float4s, quantized as
+// quantize_x_warp (kernels/matvec_x.cuh) does: q4 the lane's 4 bytes, ds the block's scale pair.
+__device__ __forceinline__ void quantize_x_quad(const float4& o, bool valid, int8_t* q4, float2* ds) {
+  float amax = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+#pragma unroll
+  for (int m = 1; m < 8; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+  const float d = amax / 127.f;
+  const float v[4] = {o.x, o.y, o.z, o.w};
+  int q[4], sum = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) q[i] = amax > 0.f ? static_cast<int>(rintf(v[i] / d)) : 0, sum += q[i];
+#pragma unroll
+  for (int m = 1; m < 8; m <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+  if (!valid) return;
+  *reinterpret_cast<char4*>(q4) = make_char4(static_cast<signed char>(q[0]), static_cast<signed char>(q[1]),
+                                             static_cast<signed char>(q[2]), static_cast<signed char>(q[3]));
+  if (threadIdx.x % 8 == 0) *ds = make_float2(d, d * static_cast<float>(sum));
+}
+
+// A wide row held as v (zeros past n / 4) and its weights wv: out = v / sqrt(mean(v^2) + eps) * w,
+// and with Q8 its int8 copy (qx, ds: the row's own). Every thread of the block calls it.
+template <bool Q8>
+__device__ __forceinline__ void wide_tail(const float4 (&v)[k_chunks], const float4 (&wv)[k_chunks], int n, float eps,
+                                          float* out, int8_t* qx, float2* ds, float* shared) {
+  const int n4 = n / 4;
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < k_chunks; ++k) {
+    ss = fmaf(v[k].x, v[k].x, ss);
+    ss = fmaf(v[k].y, v[k].y, ss);
+    ss = fmaf(v[k].z, v[k].z, ss);
+    ss = fmaf(v[k].w, v[k].w, ss);
+  }
+  ss = block_sum(ss, shared);
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int k = 0; k < k_chunks; ++k) {
+    if (k * k_threads >= n4) break;  // the same for the whole block
+    const int c = k * k_threads + threadIdx.x;
+    const bool valid = c < n4;
+    const float4 o = make_float4(v[k].x * inv * wv[k].x, v[k].y * inv * wv[k].y, v[k].z * inv * wv[k].z,
+                                 v[k].w * inv * wv[k].w);
+    if (valid) reinterpret_cast<float4*>(out)[c] = o;
+    if (Q8) quantize_x_quad(o, valid, qx + 4 * c, ds + (4 * c) / 32);
+  }
+}
+
+}  // namespace tandem::norm
