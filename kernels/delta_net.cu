@@ -38,7 +38,9 @@ template <int K>
 __global__ void __launch_bounds__(k_conv_threads)
     dn_conv_kernel(const float* __restrict__ x, int64_t x_stride, const float* __restrict__ w, int C,
                    float* conv_state, const int32_t* __restrict__ runs, float* __restrict__ out) {
-  // The rule kernel after this one (a programmatic dependent) may start loading its state now.
+  // Launched as a programmatic dependent of the projection that wrote x; the rule kernel after
+  // this one (its own dependent) may start loading its state now.
+  pdl_wait();
   pdl_trigger();
   const int c = blockIdx.x * k_conv_threads + threadIdx.x;
   if (c >= C) return;
@@ -118,6 +120,8 @@ constexpr int k_row_warps = 8;  // warps (rows) per block of the per-row kernels
 __global__ void __launch_bounds__(k_row_warps * 32)
     rms_norm_gated_kernel(const float* __restrict__ o, const float* __restrict__ w, const float* __restrict__ z,
                           float* __restrict__ out, int64_t n, int d, float eps, int8_t* qx, float2* ds) {
+  pdl_wait();
+  pdl_trigger();  // the out projection may fetch its weights
   const int64_t r = static_cast<int64_t>(blockIdx.x) * k_row_warps + threadIdx.x / 32;
   if (r >= n) return;
   const int lane = threadIdx.x % 32;
@@ -135,6 +139,8 @@ __global__ void __launch_bounds__(k_row_warps * 32)
 
 __global__ void split_q_gate_kernel(const float* __restrict__ qg, int64_t n, int n_head, int D, float* __restrict__ q,
                                     float* __restrict__ gate) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t per_tok = static_cast<int64_t>(n_head) * D;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -149,6 +155,8 @@ __global__ void split_q_gate_kernel(const float* __restrict__ qg, int64_t n, int
 // With qx, n % 32 == 0 and the blocks' and the stride's multiples of 32 make every warp pass one
 // whole int8 block, all lanes in.
 __global__ void sigmoid_mul_kernel(float* x, const float* __restrict__ gate, int64_t n, int8_t* qx, float2* ds) {
+  pdl_wait();
+  pdl_trigger();  // wo may fetch its weights
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float v = x[i] * sigmoid(gate[i]);
@@ -374,6 +382,7 @@ __global__ void __launch_bounds__(k_dec_warps * 32) dn_rule_decode_kernel(const 
 #pragma unroll
   for (int r = 0; r < RT; ++r) s[r] = pos0 == 0 ? 0.f : S[static_cast<int64_t>(r) * a.dv];
   pdl_wait();
+  pdl_trigger();  // the gated norm after this kernel may start its launch
   // Three barriers a token; none is needed at its top: the previous token read kq, part[0] and
   // most of scal before its last barrier, and part[1] and scal[1] (warp 0) after it but before
   // this token's first, which every write of them here follows.
@@ -446,8 +455,7 @@ cudaError_t launch_dn_conv(const float* x, int64_t x_stride, const float* w, int
   if (runs.n_runs == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>((C + k_conv_threads - 1) / k_conv_threads),
                   static_cast<unsigned>(conv_slices(runs)), static_cast<unsigned>(runs.n_runs));
-  kernel<<<grid, k_conv_threads, 0, stream>>>(x, x_stride, w, C, conv_state, runs.runs, out);
-  return cudaGetLastError();
+  return launch_pdl(kernel, grid, dim3(k_conv_threads), stream, x, x_stride, w, C, conv_state, runs.runs, out);
 }
 
 cudaError_t launch_dn_rule(const dn_rule_args& a, dn_runs runs, cudaStream_t stream) {
@@ -473,9 +481,8 @@ cudaError_t launch_rms_norm_gated(const float* o, const float* w, const float* z
   const int64_t blocks = (n + k_row_warps - 1) / k_row_warps;
   if (n < 0 || d <= 0 || blocks > 0x7fffffff || (qx && (d % 32 != 0 || !ds))) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  rms_norm_gated_kernel<<<static_cast<unsigned>(blocks), k_row_warps * 32, 0, stream>>>(o, w, z, out, n, d, eps,
-                                                                                         qx, ds);
-  return cudaGetLastError();
+  return launch_pdl(rms_norm_gated_kernel, dim3(static_cast<unsigned>(blocks)), dim3(k_row_warps * 32), stream, o, w, z,
+                    out, n, d, eps, qx, ds);
 }
 
 cudaError_t launch_split_q_gate(const float* qg, int T, int n_head, int D, float* q, float* gate,
@@ -483,15 +490,13 @@ cudaError_t launch_split_q_gate(const float* qg, int T, int n_head, int D, float
   if (T < 0 || n_head <= 0 || D <= 0) return cudaErrorInvalidValue;
   const int64_t n = static_cast<int64_t>(T) * n_head * D;
   if (n == 0) return cudaSuccess;
-  split_q_gate_kernel<<<grid_for(n), k_threads, 0, stream>>>(qg, n, n_head, D, q, gate);
-  return cudaGetLastError();
+  return launch_pdl(split_q_gate_kernel, dim3(grid_for(n)), dim3(k_threads), stream, qg, n, n_head, D, q, gate);
 }
 
 cudaError_t launch_sigmoid_mul(float* x, const float* gate, int64_t n, cudaStream_t stream, int8_t* qx, float2* ds) {
   if (n <= 0) return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
   if (qx && (n % 32 != 0 || !ds)) return cudaErrorInvalidValue;
-  sigmoid_mul_kernel<<<grid_for(n), k_threads, 0, stream>>>(x, gate, n, qx, ds);
-  return cudaGetLastError();
+  return launch_pdl(sigmoid_mul_kernel, dim3(grid_for(n)), dim3(k_threads), stream, x, gate, n, qx, ds);
 }
 
 }  // namespace tandem
