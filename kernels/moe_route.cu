@@ -12,16 +12,44 @@ namespace {
 
 constexpr int k_route_warps = 4;
 
-// a before b in the selection: larger logit, or the same and a lower id.
-__device__ __forceinline__ bool ranks_before(float av, int ai, float bv, int bi) {
-  return av > bv || (av == bv && ai < bi);
+// Orderable key of a logit: a larger logit has a larger key and equal logits equal keys (-0 as
+// +0, NaN as -inf); 0, below every logit's key, marks an empty entry.
+__device__ __forceinline__ uint32_t logit_key(float x) {
+  const uint32_t u = __float_as_uint(isnan(x) ? -INFINITY : (x == 0.f ? 0.f : x));
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// One warp per token. Lane l holds the logits of experts l, l + 32, ... (PL of them, NaN as
-// -inf; PL the fewest powers of two that hold n_expert, so 128 experts scan 4 a lane, not the
-// 16 that 512 need). Each of the k rounds takes the warp's best untaken (logit, id) by a
-// butterfly of (value, id) pairs: every lane ends with the same winner, so the order is fixed and
-// the result deterministic.
+__device__ __forceinline__ float key_logit(uint32_t key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+// The warp's largest key, and the smallest id among lanes that offer it (one instruction each on
+// sm_80+, a butterfly before).
+__device__ __forceinline__ uint32_t warp_max_u32(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_max_sync(0xffffffffu, v);
+#else
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+#endif
+}
+__device__ __forceinline__ uint32_t warp_min_u32(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_min_sync(0xffffffffu, v);
+#else
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+#endif
+}
+
+// One warp per token. Lane l holds the logits of experts l, l + 32, ... (PL of them; PL the
+// fewest powers of two that hold n_expert, so 128 experts take 4 a lane, not the 16 that 512
+// need), sorted once in its registers by (logit desc, id asc). Each of the k rounds then takes
+// the warp's largest head key and, among the lanes offering it, the lowest id: the lane that owns
+// it drops its head. The order is the rule's (ties to the lower id) and the same on every lane,
+// so the result is deterministic. The softmax's max and sum are taken as before the sort (lane
+// order, then the butterfly), so the weights keep their bits. (A butterfly of (value, id) pairs
+// and a scan of the lane's PL logits every round took ~5 us a token on an H200.)
 template <int PL>
 __global__ void __launch_bounds__(32 * k_route_warps)
     moe_route_kernel(const float* __restrict__ logits, int n_tok, int n_expert, int k, bool renorm,
@@ -31,45 +59,49 @@ __global__ void __launch_bounds__(32 * k_route_warps)
   const int t = blockIdx.x * k_route_warps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (t >= n_tok) return;
   const float* row = logits + static_cast<int64_t>(t) * n_expert;
-  float v[PL];
-  float mx = -INFINITY;
+  uint32_t key[PL];
+  int id[PL];
+  float mx = -INFINITY, sum = 0.f;
 #pragma unroll
   for (int i = 0; i < PL; ++i) {
     const int e = lane + 32 * i;
     const float x = e < n_expert ? row[e] : -INFINITY;
-    v[i] = isnan(x) ? -INFINITY : x;
-    mx = fmaxf(mx, v[i]);
+    key[i] = e < n_expert ? logit_key(x) : 0u;
+    id[i] = e;
+    mx = fmaxf(mx, isnan(x) ? -INFINITY : x);
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   // All logits -inf (or NaN): every weight is taken as equal (exp(0) each) rather than NaN.
   const float shift = mx == -INFINITY ? 0.f : mx;
-  float sum = 0.f;
 #pragma unroll
   for (int i = 0; i < PL; ++i)
-    if (lane + 32 * i < n_expert) sum += mx == -INFINITY ? 1.f : expf(v[i] - shift);
+    if (lane + 32 * i < n_expert) sum += mx == -INFINITY ? 1.f : expf(key_logit(key[i]) - shift);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
 
-  uint32_t taken = 0;
+  // Odd-even transposition sort: ids rise with i, so equal keys keep the lower id first.
+#pragma unroll
+  for (int pass = 0; pass < PL; ++pass)
+#pragma unroll
+    for (int i = pass % 2; i + 1 < PL; i += 2)
+      if (key[i + 1] > key[i]) {
+        const uint32_t tk = key[i];
+        const int ti = id[i];
+        key[i] = key[i + 1], id[i] = id[i + 1], key[i + 1] = tk, id[i + 1] = ti;
+      }
+
   int my_id = 0;
   float my_w = 0.f;
   for (int j = 0; j < k; ++j) {
-    float bv = -INFINITY;
-    int bi = 0x7fffffff;
+    const uint32_t best = warp_max_u32(key[0]);
+    const uint32_t win = warp_min_u32(key[0] == best ? static_cast<uint32_t>(id[0]) : 0xffffffffu);
+    if (static_cast<uint32_t>(id[0]) == win) {
 #pragma unroll
-    for (int i = 0; i < PL; ++i) {
-      const int e = lane + 32 * i;
-      if (e < n_expert && !(taken >> i & 1u) && ranks_before(v[i], e, bv, bi)) bv = v[i], bi = e;
+      for (int i = 0; i + 1 < PL; ++i) key[i] = key[i + 1], id[i] = id[i + 1];
+      key[PL - 1] = 0u;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ranks_before(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
-    if (bi % 32 == lane) taken |= 1u << (bi / 32);
-    if (lane == j) my_id = bi, my_w = (mx == -INFINITY ? 1.f : expf(bv - shift)) / sum;
+    if (lane == j) my_id = static_cast<int>(win), my_w = (mx == -INFINITY ? 1.f : expf(key_logit(best) - shift)) / sum;
   }
   float norm = 1.f;
   if (renorm) {

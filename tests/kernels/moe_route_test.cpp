@@ -51,6 +51,10 @@ TEST(moe_route, route_matches_cpu_rule_with_ties) {
           for (int c = 0; c < n_expert / 4; ++c) row[rng() % n_expert] = row[rng() % n_expert];
           if (t == 3) std::fill(row, row + n_expert, 0.5f);
           if (t == 5) row[n_expert - 1] = row[0] = 9.f;
+          if (t == 7) {  // -0 and +0 tie as logits: the lower id first
+            for (int e = 0; e < n_expert; ++e) row[e] = -1.f - float(e % 7);
+            row[std::min(2, n_expert - 1)] = 0.f, row[1] = -0.f;
+          }
         }
         dev<float> dl(l), dw(size_t(n_tok) * k);
         dev<int32_t> di(size_t(n_tok) * k);
