@@ -4,10 +4,10 @@
 #include "kernels/matvec.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/device_attribute.h"
 #include "kernels/matvec_fx.cuh"
 #include "kernels/matvec_types.cuh"
 #include "kernels/matvec_x.cuh"
@@ -200,31 +200,11 @@ struct device_facts {
   bool pdl = false;  // programmatic dependent launch (sm_90+)
 };
 
-// Cached per device and per kernel: the template's arguments are the kernel's own (every mat-vec
-// kernel has the same function type, so a cache keyed by that type would hand the first
-// kernel's block count to all of them).
+// The kernel's resident blocks (cached per device and kernel) and whether it may launch early.
 template <class Q, int NT, int R, int TB, bool Pairs, int W = 1>
 cudaError_t facts_of(device_facts& f) {
-  const auto kernel = matvec_kernel<Q, NT, R, TB, Pairs, W>;
-  const int threads = TB * W;
-  constexpr int k_max_devices = 64;
-  static std::atomic<int> cache[k_max_devices];  // resident * 2 + pdl, 0 = not known yet
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
-  std::atomic<int>* slot = dev >= 0 && dev < k_max_devices ? &cache[dev] : nullptr;
-  int v = slot ? slot->load(std::memory_order_relaxed) : 0;
-  if (v == 0) {
-    int per_sm = 0, sms = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e != cudaSuccess) return e;
-    v = std::max(1, per_sm) * std::max(1, sms) * 2 + (kernel_arch() >= 90 ? 1 : 0);
-    if (slot) slot->store(v, std::memory_order_relaxed);
-  }
-  f.resident = v / 2;
-  f.pdl = v % 2 != 0;
-  return cudaSuccess;
+  f.pdl = kernel_arch() >= 90;
+  return resident_blocks<matvec_kernel<Q, NT, R, TB, Pairs, W>, TB * W>(f.resident);
 }
 
 // W walkers of one row group each per block (TB == 32), as many blocks as fit (or one walker per

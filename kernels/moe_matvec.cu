@@ -4,12 +4,12 @@
 #include "kernels/moe.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <type_traits>
 
+#include "kernels/device_attribute.h"
 #include "kernels/matvec.h"
 #include "kernels/matvec_types.cuh"
 #include "kernels/matvec_x.cuh"
@@ -264,28 +264,6 @@ __global__ void __launch_bounds__(swiglu_shape<SW>::threads) moe_matvec_swiglu_k
     }
     buf ^= 1;
   }
-}
-
-// Blocks of a kernel resident on the current device at once, cached per device and kernel.
-template <auto Kernel, int Threads>
-cudaError_t resident_blocks(int& out) {
-  constexpr int k_max_devices = 64;
-  static std::atomic<int> cache[k_max_devices];
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
-  std::atomic<int>* slot = dev >= 0 && dev < k_max_devices ? &cache[dev] : nullptr;
-  int v = slot ? slot->load(std::memory_order_relaxed) : 0;
-  if (v == 0) {
-    int per_sm = 0, sms = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, Threads, 0);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e != cudaSuccess) return e;
-    v = std::max(1, per_sm) * std::max(1, sms);
-    if (slot) slot->store(v, std::memory_order_relaxed);
-  }
-  out = v;
-  return cudaSuccess;
 }
 
 template <class Q, int R, int SW>

@@ -23,21 +23,17 @@ __device__ __forceinline__ float key_logit(uint32_t key) {
   return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
 }
 
-// The warp's largest key, and the smallest id among lanes that offer it (one instruction each on
-// sm_80+, a butterfly before).
-__device__ __forceinline__ uint32_t warp_max_u32(uint32_t v) {
+// The warp's largest (Max) or smallest value: one instruction on sm_80+, a butterfly before.
+// Routing takes the largest head key, then the smallest id among the lanes that offer it.
+template <bool Max>
+__device__ __forceinline__ uint32_t warp_extreme(uint32_t v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  return __reduce_max_sync(0xffffffffu, v);
+  return Max ? __reduce_max_sync(0xffffffffu, v) : __reduce_min_sync(0xffffffffu, v);
 #else
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-#endif
-}
-__device__ __forceinline__ uint32_t warp_min_u32(uint32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  return __reduce_min_sync(0xffffffffu, v);
-#else
-  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1) {
+    const uint32_t w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = Max ? max(v, w) : min(v, w);
+  }
   return v;
 #endif
 }
@@ -94,8 +90,8 @@ __global__ void __launch_bounds__(32 * k_route_warps)
   int my_id = 0;
   float my_w = 0.f;
   for (int j = 0; j < k; ++j) {
-    const uint32_t best = warp_max_u32(key[0]);
-    const uint32_t win = warp_min_u32(key[0] == best ? static_cast<uint32_t>(id[0]) : 0xffffffffu);
+    const uint32_t best = warp_extreme<true>(key[0]);
+    const uint32_t win = warp_extreme<false>(key[0] == best ? static_cast<uint32_t>(id[0]) : 0xffffffffu);
     if (static_cast<uint32_t>(id[0]) == win) {
 #pragma unroll
       for (int i = 0; i + 1 < PL; ++i) key[i] = key[i + 1], id[i] = id[i + 1];
