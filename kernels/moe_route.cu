@@ -44,8 +44,9 @@ __device__ __forceinline__ uint32_t warp_extreme(uint32_t v) {
 // the warp's largest head key and, among the lanes offering it, the lowest id: the lane that owns
 // it drops its head. The order is the rule's (ties to the lower id) and the same on every lane,
 // so the result is deterministic. The softmax's max and sum are taken as before the sort (lane
-// order, then the butterfly), so the weights keep their bits. (A butterfly of (value, id) pairs
-// and a scan of the lane's PL logits every round took ~5 us a token on an H200.)
+// order, then the butterfly), so the weights keep their bits. (The form before, a scan of the
+// lane's PL logits and a butterfly of (value, id) pairs every round, left the 35B shape's tg128
+// 2.4% slower on an H200: docs/PERFORMANCE.md.)
 template <int PL>
 __global__ void __launch_bounds__(32 * k_route_warps)
     moe_route_kernel(const float* __restrict__ logits, int n_tok, int n_expert, int k, bool renorm,
