@@ -38,29 +38,36 @@ template <int K>
 __global__ void __launch_bounds__(k_conv_threads)
     dn_conv_kernel(const float* __restrict__ x, int64_t x_stride, const float* __restrict__ w, int C,
                    float* conv_state, const int32_t* __restrict__ runs, float* __restrict__ out) {
-  // Launched as a programmatic dependent of the projection that wrote x; the rule kernel after
-  // this one (its own dependent) may start loading its state now.
-  pdl_wait();
-  pdl_trigger();
+  // Launched as a programmatic dependent of the projection that wrote x: everything but x (the
+  // weights, the runs, the state this kernel wrote a step ago) loads before pdl_wait, x after it;
+  // every write comes after it. The rule kernel after this one (its own dependent) may start
+  // loading its state once this one triggers.
   const int c = blockIdx.x * k_conv_threads + threadIdx.x;
-  if (c >= C) return;
   const int32_t* run = runs + 4 * blockIdx.z;
   const int t0 = run[0], n = run[1], slot = run[2], pos0 = run[3];
-  if (n <= 0) return;
   int per = (n + static_cast<int>(gridDim.y) - 1) / static_cast<int>(gridDim.y);
   if (per < K - 1) per = K - 1;
   const int b = static_cast<int>(blockIdx.y) * per;
-  if (b >= n) return;
-  const int e = min(n, b + per);
+  const bool live = c < C && n > 0 && b < n;
   float* st = conv_state + static_cast<int64_t>(slot) * (K - 1) * C + c;
   float wr[K], hist[K];  // hist[j], j < K-1: the run's input row b-(K-1)+j (oldest first)
+  if (live) {
 #pragma unroll
-  for (int j = 0; j < K; ++j) wr[j] = w[static_cast<int64_t>(c) * K + j];
+    for (int j = 0; j < K; ++j) wr[j] = w[static_cast<int64_t>(c) * K + j];
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) {
+      const int r = b - (K - 1) + j;
+      if (r < 0) hist[j] = pos0 == 0 ? 0.f : st[static_cast<int64_t>(K - 1 + r) * C];
+    }
+  }
+  pdl_wait();
+  pdl_trigger();
+  if (!live) return;
+  const int e = min(n, b + per);
 #pragma unroll
   for (int j = 0; j < K - 1; ++j) {
     const int r = b - (K - 1) + j;
-    hist[j] = r >= 0 ? x[static_cast<int64_t>(t0 + r) * x_stride + c]
-                     : (pos0 == 0 ? 0.f : st[static_cast<int64_t>(K - 1 + r) * C]);
+    if (r >= 0) hist[j] = x[static_cast<int64_t>(t0 + r) * x_stride + c];
   }
 #pragma unroll 4
   for (int t = b; t < e; ++t) {
@@ -117,23 +124,54 @@ int conv_slices(const dn_runs& runs) {
 constexpr int k_row_warps = 8;  // warps (rows) per block of the per-row kernels
 
 // A warp per row; with qx (d % 32 == 0) each pass of the warp over 32 values is one int8 block.
+// PER > 0: rows of up to 32 * PER values sit in registers, all loaded at once and the weights
+// before pdl_wait (they are not the predecessor's output), so a decode step's row costs one memory
+// latency, not one a pass. PER == 0: any width, a loop over the row. Both sum in the same order.
+template <int PER>
 __global__ void __launch_bounds__(k_row_warps * 32)
     rms_norm_gated_kernel(const float* __restrict__ o, const float* __restrict__ w, const float* __restrict__ z,
                           float* __restrict__ out, int64_t n, int d, float eps, int8_t* qx, float2* ds) {
-  pdl_wait();
-  pdl_trigger();  // the out projection may fetch its weights
   const int64_t r = static_cast<int64_t>(blockIdx.x) * k_row_warps + threadIdx.x / 32;
-  if (r >= n) return;
   const int lane = threadIdx.x % 32;
   const float* orow = o + r * d;
   const float* zrow = z + r * d;
-  float ss = 0.f;
-  for (int i = lane; i < d; i += 32) ss = fmaf(orow[i], orow[i], ss);
-  const float inv = 1.f / sqrtf(warp_sum(ss) / static_cast<float>(d) + eps);
-  for (int i = lane; i < d; i += 32) {
-    const float v = orow[i] * inv * w[i] * silu(zrow[i]);
-    out[r * d + i] = v;
-    if (qx) quantize_x_warp(v, qx + r * d + (i - lane), ds + (r * d + i) / 32);
+  if constexpr (PER > 0) {
+    float wv[PER], ov[PER], zv[PER];
+#pragma unroll
+    for (int j = 0; j < PER; ++j) wv[j] = lane + 32 * j < d ? w[lane + 32 * j] : 0.f;
+    pdl_wait();
+    pdl_trigger();  // the out projection may fetch its weights
+    if (r >= n) return;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      const bool in = lane + 32 * j < d;
+      ov[j] = in ? orow[lane + 32 * j] : 0.f;
+      zv[j] = in ? zrow[lane + 32 * j] : 0.f;
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) ss = fmaf(ov[j], ov[j], ss);  // a zero past d adds exactly nothing
+    const float inv = 1.f / sqrtf(warp_sum(ss) / static_cast<float>(d) + eps);
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      const int i = lane + 32 * j;
+      if (i >= d) break;  // with qx, d % 32 == 0: the whole warp breaks together
+      const float v = ov[j] * inv * wv[j] * silu(zv[j]);
+      out[r * d + i] = v;
+      if (qx) quantize_x_warp(v, qx + r * d + (i - lane), ds + (r * d + i) / 32);
+    }
+  } else {
+    pdl_wait();
+    pdl_trigger();
+    if (r >= n) return;
+    float ss = 0.f;
+    for (int i = lane; i < d; i += 32) ss = fmaf(orow[i], orow[i], ss);
+    const float inv = 1.f / sqrtf(warp_sum(ss) / static_cast<float>(d) + eps);
+    for (int i = lane; i < d; i += 32) {
+      const float v = orow[i] * inv * w[i] * silu(zrow[i]);
+      out[r * d + i] = v;
+      if (qx) quantize_x_warp(v, qx + r * d + (i - lane), ds + (r * d + i) / 32);
+    }
   }
 }
 
@@ -481,8 +519,10 @@ cudaError_t launch_rms_norm_gated(const float* o, const float* w, const float* z
   const int64_t blocks = (n + k_row_warps - 1) / k_row_warps;
   if (n < 0 || d <= 0 || blocks > 0x7fffffff || (qx && (d % 32 != 0 || !ds))) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  return launch_pdl(rms_norm_gated_kernel, dim3(static_cast<unsigned>(blocks)), dim3(k_row_warps * 32), stream, o, w, z,
-                    out, n, d, eps, qx, ds);
+  const dim3 grid(static_cast<unsigned>(blocks)), block(k_row_warps * 32);
+  if (d <= 128) return launch_pdl(rms_norm_gated_kernel<4>, grid, block, stream, o, w, z, out, n, d, eps, qx, ds);
+  if (d <= 256) return launch_pdl(rms_norm_gated_kernel<8>, grid, block, stream, o, w, z, out, n, d, eps, qx, ds);
+  return launch_pdl(rms_norm_gated_kernel<0>, grid, block, stream, o, w, z, out, n, d, eps, qx, ds);
 }
 
 cudaError_t launch_split_q_gate(const float* qg, int T, int n_head, int D, float* q, float* gate,

@@ -169,7 +169,7 @@ void expect_int8_copy(const std::string& what, const std::vector<float>& y, cons
 
 TEST(dn_rms_norm_gated_kernel, matches_cpu) {
   REQUIRE_GPU();
-  for (int d : {128, 64, 40}) {
+  for (int d : {128, 64, 40, 256, 320}) {  // 320: the loop form
     const int64_t n = 37;
     const auto o = randoms(size_t(n) * d, 51, -2.f, 2.f), z = randoms(size_t(n) * d, 52, -6.f, 6.f);
     const auto w = randoms(size_t(d), 53, 0.5f, 1.5f);

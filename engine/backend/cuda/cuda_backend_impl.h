@@ -165,6 +165,7 @@ class cuda_backend final : public cuda_stage {
   // experts' own workspace (the int8 copy of x, or fp16 x and the grouping's histograms).
   device_buffer moe_logits_, moe_ids_, moe_w_, moe_gate_, moe_up_, moe_y_, moe_group_, moe_work_;
   device_buffer shexp_work_;  // decode's shared expert on the side stream: the int8 copy of its h
+  device_buffer shexp_logit_;  // decode's shared expert: its float32 gate's logit a token
   bool side_stream_ = true;   // TANDEM_CUDA_SIDE_STREAM=0: decode on the main stream alone
   bool fused_swiglu_ = true;  // TANDEM_CUDA_FUSED_SWIGLU=0: decode's expert SwiGLU as its own launch
   // The layer whose input norm the previous layer's combine wrote (-1: none this step).
