@@ -506,12 +506,16 @@ __host__ __device__ inline mma_smem mma_smem_for(int dk) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 // Rows [0, 64) x cols floats of src (rows `stride` floats apart) into dst (ld apart) by cp.async;
 // rows from n on are zero-filled (a short last chunk), never read.
+// (Row and column step on from one division a call: a division a copy was ~15% of kernel B's
+// instructions, and it issue-bounds.)
 __device__ void stage_rows(float* dst, int ld, const float* src, int64_t stride, int cols, int n) {
-  const int per_row = cols / 4;
-  for (int e = threadIdx.x; e < k_chunk * per_row; e += k_mma_threads) {
-    const int i = e / per_row, c4 = 4 * (e % per_row);
+  const int per_row = cols / 4, di = k_mma_threads / per_row, dc = k_mma_threads % per_row;
+  int i = threadIdx.x / per_row, c = threadIdx.x % per_row;
+  while (i < k_chunk) {
     const bool in = i < n;
-    cp_async16(dst + i * ld + c4, in ? src + i * stride + c4 : src, in ? 16 : 0);
+    cp_async16(dst + i * ld + 4 * c, in ? src + i * stride + 4 * c : src, in ? 16 : 0);
+    i += di, c += dc;
+    if (c >= per_row) c -= per_row, ++i;
   }
 }
 
