@@ -692,9 +692,9 @@ cudaError_t launch_grouped_items(const qgemm_frag_grouped_args& a, int items, cu
 // leaves as many blocks an SM as the one-tile kernel is built for: Q4_K at 768 inputs (x resident,
 // 136 KiB) would be one block an SM against two, and took Qwen3-30B's down projection from 360
 // to 418 us on an H200; Q6_K is one block an SM either way.
-// The fused SwiGLU with 32-row warps (qgemm_frag_tall.cuh) where the device has its shared memory;
-// TANDEM_QGEMM_GROUPED_TALL=0 keeps the 16-row warps, to compare them (read at every launch, so
-// that one run can test and time both). Same bits either way.
+// The fused SwiGLU with 32-row warps (qgemm_frag_tall.cuh), where the device has its shared memory,
+// when TANDEM_QGEMM_GROUPED_TALL=1 (read at every launch, so that one run can test and time both).
+// Same bits either way. Opt-in until it has been timed on a GPU (written 2026-12-05 without one).
 template <class D>
 cudaError_t launch_grouped_tall(const qgemm_frag_grouped_args& a, cudaStream_t s) {
   using G = tall_geom<typename D::type>;
@@ -708,8 +708,8 @@ cudaError_t launch_grouped_tall(const qgemm_frag_grouped_args& a, cudaStream_t s
 template <class D>
 bool swiglu_tall() {
   const char* e = std::getenv("TANDEM_QGEMM_GROUPED_TALL");
-  const bool off = e && e[0] == '0' && e[1] == 0;
-  return !off && tall_geom<typename D::type>::smem <= kernel_smem_optin();
+  const bool on = e && e[0] == '1' && e[1] == 0;
+  return on && tall_geom<typename D::type>::smem <= kernel_smem_optin();
 }
 
 template <class D>

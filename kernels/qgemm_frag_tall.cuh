@@ -6,7 +6,8 @@
 // cycles a product against one at the tensor cores' peak (ncu on an H200: shared memory 67% busy,
 // stalls on its loads). Here a block is 256 rows (128 of gate, then the same 128 of up) and 64
 // token rows, 8 warps, one block an SM (three 72 KiB stages for Q4_K); each output's products are
-// the 16-row kernel's, in its order, so the bits are too.
+// the 16-row kernel's, in its order, so the bits are too. Opt-in (TANDEM_QGEMM_GROUPED_TALL=1): not
+// yet run on a GPU.
 #pragma once
 
 // Geometry of the 32-row warps: 8 warps, 256 rows; the stage ring is as many (2..3) 256-row
