@@ -399,6 +399,15 @@ __device__ __forceinline__ int tile_rows(const qgemm_frag_grouped_args& g, int t
   return e;
 }
 
+// This block's row tile (blockIdx.y) of a grouped launch, once the groups the kernel before wrote
+// are visible: -1 past tiles[n_expert] (the whole block then has nothing to do), else tile_rows.
+__device__ __forceinline__ int block_row_tile(const qgemm_frag_grouped_args& g, int* src, int* dst, int& live) {
+  pdl_wait();
+  const int tile = blockIdx.y;
+  if (tile >= __ldg(g.tiles + g.n_expert)) return -1;
+  return tile_rows(g, tile, src, dst, live);
+}
+
 // Grouped (launch_qgemm_grouped): grid (tiles of BN rows, row tiles' upper bound, matrix sets);
 // a block's 64 token rows are one row tile of one expert, found on the device, and its
 // weights that expert's matrix; blocks past tiles[n_expert] exit. Swiglu: grid (tiles of BN / 2
@@ -414,11 +423,9 @@ __global__ void __launch_bounds__(frag_geom<typename D::type, 8, 8>::threads, fr
   static_assert(G::threads == 256 && 128 * 8 * 4 * sizeof(float) <= G::smem, "swiglu_combine's exchange");
   extern __shared__ __align__(128) uint8_t dyn[];
   __shared__ int src[64], dst[64];
-  pdl_wait();  // the groups come from the kernel before
-  const int tile = blockIdx.y;
-  if (tile >= __ldg(g.tiles + g.n_expert)) return;
   int live;
-  const int e = tile_rows(g, tile, src, dst, live);
+  const int e = block_row_tile(g, src, dst, live);
+  if (e < 0) return;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * copy_t::rows_per_mat, nkb = g.n_in / KB;
   // This thread's matrix: with Swiglu, gate for warps 0-3 and up for 4-7, which copy and
   // multiply its rows (tile rows ra, ra + 8 are rows rm, rm + 8 of it).
@@ -539,11 +546,9 @@ __global__ void __launch_bounds__(256, items_geom<D>::min_blocks)
   static_assert(G::threads == 256, "copy_x_stage's rows");
   extern __shared__ __align__(128) uint8_t dyn[];
   __shared__ int src[64], dst[64];
-  pdl_wait();  // the groups come from the kernel before
-  const int tile = blockIdx.y;
-  if (tile >= __ldg(g.tiles + g.n_expert)) return;
   int live;
-  const int e = tile_rows(g, tile, src, dst, live);
+  const int e = block_row_tile(g, src, dst, live);
+  if (e < 0) return;
   const int nkb = static_cast<int>(g.n_in / KB), nt = (live + 7) / 8;
   const int64_t item0 = static_cast<int64_t>(blockIdx.x) * items;
   const int steps = static_cast<int>(min(int64_t{items}, (g.n_out + G::BN - 1) / G::BN - item0)) * nkb;

@@ -92,11 +92,9 @@ __global__ void __launch_bounds__(256, 1) qgemm_frag_grouped_tall_kernel(qgemm_f
   static_assert(2 * 8 * 4 * 128 * sizeof(float) <= G::smem, "swiglu_combine_tall's exchange");
   extern __shared__ __align__(128) uint8_t dyn[];
   __shared__ int src[64], dst[64];
-  pdl_wait();  // the groups come from the kernel before
-  const int tile = blockIdx.y;
-  if (tile >= __ldg(g.tiles + g.n_expert)) return;
   int live;
-  const int e = tile_rows(g, tile, src, dst, live);
+  const int e = block_row_tile(g, src, dst, live);
+  if (e < 0) return;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * copy_t::rows_per_mat;
   const int nkb = static_cast<int>(g.n_in / KB), nt = (live + 7) / 8;
   const bool second = threadIdx.x >= copy_t::copiers;  // constant indices: see the kernel above
