@@ -5,9 +5,9 @@
 # kernels' timing tests (kernels_moe_test and kernels_moe_matvec_test big.*) and the router's
 # and 2048-wide head's mat-vecs; bench: random Q4_K_M models of PRESETS (default the
 # Qwen3-30B-A3B and Qwen3.5-35B-A3B shapes), the first with ceilings, the rest against them;
-# ab: tg128 of each preset under each of AB_ENVS (default "TANDEM_CUDA_FUSED_SWIGLU=0
-# TANDEM_MOE_SWIGLU_ANY_WAVES=1 TANDEM_CUDA_SIDE_STREAM=0"), one variable at a time, to set
-# beside bench's figures;
+# ab: each preset under each of AB_ENVS (default "TANDEM_MOE_PERSISTENT=1
+# TANDEM_QGEMM_GROUPED_TALL=1", the opt-in paths not yet timed), one variable at a time, with
+# AB_ARGS (default "-p 2048 -n 128 -r 2"), to set beside bench's figures;
 # profile: where a prefill token of the last preset goes (launch groups, no graphs); decode:
 # where a decode token of each preset goes, kernel by kernel (ncu on a 4-layer copy, graphs off;
 # scripts/ncu_last_token.py).
@@ -43,6 +43,7 @@ fi
 if has kernels; then
   "$build/tests/kernels/kernels_moe_test" --gtest_filter='big.*' 2>&1 | grep -E "moe |dense|FAILED" | head -40
   "$build/tests/kernels/kernels_moe_matvec_test" --gtest_filter='big.*' 2>&1 | grep -E "moe |dense|FAILED" | head -20
+  "$build/tests/kernels/kernels_moe_decode_layer_test" --gtest_filter='big.*' 2>&1 | grep -E "moe_decode_layer|FAILED"
   "$build/tests/kernels/kernels_matvec_test" --gtest_filter='big.router_bandwidth:big.head_bandwidth' 2>&1 |
     grep -E "^router|^head Q6_K +248320|FAILED" | head -20
   echo "kernel timings done at $SECONDS s"
@@ -64,9 +65,10 @@ fi
 if has ab; then
   wait
   for p in $presets; do
-    for v in ${AB_ENVS:-TANDEM_CUDA_FUSED_SWIGLU=0 TANDEM_MOE_SWIGLU_ANY_WAVES=1 TANDEM_CUDA_SIDE_STREAM=0}; do
+    for v in ${AB_ENVS:-TANDEM_MOE_PERSISTENT=1 TANDEM_QGEMM_GROUPED_TALL=1}; do
       echo "$v:"
-      env "$v" "$tm" bench -m "$(model "$p")" -p 0 -n 128 -r 2 --no-ceilings 2>&1 | grep -E "^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'
+      env "$v" "$tm" bench -m "$(model "$p")" ${AB_ARGS:--p 2048 -n 128 -r 2} --no-ceilings 2>&1 |
+        grep -E "^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'
     done
   done
 fi
