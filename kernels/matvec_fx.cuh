@@ -17,17 +17,10 @@ struct fx32 {
   float4 v[8];
 };
 
-// x's floats through the read-only path (x_view: written before the launch), or plainly
-// (x_view_plain: shared memory, or what the same launch wrote); load_x takes either view.
-struct x_view_plain {
-  const float* xf;
-  int64_t n_in;
-};
-__device__ __forceinline__ float4 ldxf(const x_view&, const float* p) {
-  return __ldg(reinterpret_cast<const float4*>(p));
-}
-__device__ __forceinline__ float4 ldxf(const x_view_plain&, const float* p) {
-  return *reinterpret_cast<const float4*>(p);
+// x's floats: through the read-only path for x_view, plainly for x_view_plain (matvec_types.cuh).
+template <class V>
+__device__ __forceinline__ float4 ldxf(const V& xs, const float* p) {
+  return ldx(xs, reinterpret_cast<const float4*>(p));
 }
 
 // Byte i of w as a float, exactly, through the float 2^23 + byte: one byte permute and one add

@@ -31,9 +31,7 @@ constexpr int k_pl = 2;  // gate/up pieces a lane holds: rows of up to 64 pieces
 // The arguments and what the launcher derives from them.
 struct dl_params {
   moe_decode_layer_args a;
-  const int8_t* qx;  // xn's int8 copy
-  const float2* dsx;
-  int8_t* next_qx;  // the next norm's
+  int8_t* next_qx;  // the next norm's int8 copy
   float2* next_ds;
   unsigned* bar;   // grid_barrier's word
   unsigned* last;  // grid_last_block's
@@ -61,8 +59,9 @@ __device__ __forceinline__ int64_t row_bytes_of(int64_t n_in) {
   return n_in / Q::qk * static_cast<int64_t>(sizeof(typename Q::block));
 }
 
-// row · x over n4 float4s (float32 router rows): lane l takes float4s l, l + 32, ..., eight of
-// the row's loads in flight at a time (a 2048-wide row: two trips). The sum on every lane.
+// row · x over n4 float4s (a float32 router row; x in shared memory): lane l takes float4s l,
+// l + 32, ..., eight of the row's loads in flight at a time (a 2048-wide row: two trips). The sum
+// on every lane.
 __device__ __forceinline__ float float_row_dot(const float* row, const float* x, int n4) {
   constexpr int batch = 8;
   const auto* w4 = reinterpret_cast<const float4*>(row);
@@ -75,7 +74,7 @@ __device__ __forceinline__ float float_row_dot(const float* row, const float* x,
       const int c = c0 + 32 * i;
       const bool in = c < n4;
       wv[i] = in ? __ldg(w4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-      xv[i] = in ? __ldg(x4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+      xv[i] = in ? x4[c] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
     for (int i = 0; i < batch; ++i)
@@ -85,21 +84,14 @@ __device__ __forceinline__ float float_row_dot(const float* row, const float* x,
 }
 
 // Rows i = first, first + stride, ... < n of type Q (row_of(i): its first byte; rb bytes) dotted
-// with one token's int8 x: lane l takes pieces l and l + 32 of every row. x's pieces are the same
-// for every row, so they are loaded once; each row's weights are loaded before the previous row's
-// products. out(i, sum) on lane 0.
+// with one token's int8 x (shared memory): lane l takes pieces l and l + 32 of every row. Each
+// row's weights are loaded before the previous row's products. out(i, sum) on lane 0.
 template <class Q, class RowOf, class Out>
 __device__ __forceinline__ void warp_rows(int64_t first, int64_t n, int64_t stride, int n_pieces, int64_t rb,
-                                          const x_view& xv, RowOf row_of, Out out) {
+                                          const x_view_plain& xv, RowOf row_of, Out out) {
   if (first >= n) return;
   using W = typename Q::raw;
   const int lane = threadIdx.x % 32;
-  typename Q::xpiece xp[k_pl];
-#pragma unroll
-  for (int j = 0; j < k_pl; ++j) {
-    const int p = lane + 32 * j;
-    if (p < n_pieces) xp[j] = Q::load_x(xv, 0, p / Q::ppb, p % Q::ppb);
-  }
   const auto load = [&](int64_t i, W(&w)[k_pl]) {
     const uint8_t* r = row_of(i);
 #pragma unroll
@@ -117,7 +109,7 @@ __device__ __forceinline__ void warp_rows(int64_t first, int64_t n, int64_t stri
 #pragma unroll
     for (int j = 0; j < k_pl; ++j) {
       const int p = lane + 32 * j;
-      if (p < n_pieces) acc += Q::dot(Q::decode(cur[j], p % Q::ppb), xp[j]);
+      if (p < n_pieces) acc += Q::dot(Q::decode(cur[j], p % Q::ppb), Q::load_x(xv, 0, p / Q::ppb, p % Q::ppb));
     }
     acc = warp_sum(acc);
     if (lane == 0) out(i, acc);
@@ -183,7 +175,7 @@ __device__ __forceinline__ void down_rows(const dl_params& p, const float* h, co
     if (c.slot >= 0) {
       const int b = c.piece / D::ppb, kk = c.piece % D::ppb;
       const bool s = c.slot == a.k;
-      const x_view_plain xv{h + (s ? a.k : c.slot) * a.n_ff, s ? a.n_ff_shexp : a.n_ff};
+      const x_view_plain xv{h + (s ? a.k : c.slot) * a.n_ff, nullptr, nullptr, s ? a.n_ff_shexp : a.n_ff};
       const float d = D::dot(D::decode(cur, kk), D::load_x(xv, 0, b, kk));
       if (s) {
         acc_s += d;
@@ -245,31 +237,68 @@ __device__ __forceinline__ void route_block(const dl_params& p, int* ids, float*
   if (lane == 0) *gate = a.n_ff_shexp > 0 ? 1.f / (1.f + expf(-__ldcg(lg + a.n_expert))) : 0.f;
 }
 
+// This layer's FFN norm in every block, into shared memory: xn (n_embd floats), then its int8
+// copy (n_embd bytes) and the copy's scales, as launch_rms_norm_q8's wide rows make them (the same
+// norm::wide_tail, so the same bits). wv: the norm's weights, loaded before the wait.
+struct shared_xn {
+  float* xf;
+  int8_t* q;
+  float2* ds;
+};
+__device__ __forceinline__ shared_xn shared_layout(float* smem, int64_t n_embd) {
+  auto* q = reinterpret_cast<int8_t*>(smem + n_embd);
+  return {smem, q, reinterpret_cast<float2*>(q + n_embd)};
+}
+
+__device__ __forceinline__ void load_norm_weights(const float* w, int n4, float4 (&wv)[norm::k_chunks]) {
+  const auto* w4 = reinterpret_cast<const float4*>(w);
+#pragma unroll
+  for (int k = 0; k < norm::k_chunks; ++k) {
+    const int c = k * k_threads + static_cast<int>(threadIdx.x);
+    wv[k] = c < n4 ? __ldg(w4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+__device__ __forceinline__ void ffn_norm(const moe_decode_layer_args& a, const float4 (&wv)[norm::k_chunks],
+                                         const shared_xn& xs, float* red) {
+  const int n4 = static_cast<int>(a.n_embd / 4);
+  const auto* x4 = reinterpret_cast<const float4*>(a.x);
+  float4 v[norm::k_chunks];
+#pragma unroll
+  for (int k = 0; k < norm::k_chunks; ++k) {
+    const int c = k * k_threads + static_cast<int>(threadIdx.x);
+    v[k] = c < n4 ? x4[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  norm::wide_tail<true>(v, wv, static_cast<int>(a.n_embd), a.eps, xs.xf, xs.q, xs.ds, red);
+  __syncthreads();
+}
+
 // The next layer's input norm, in the last block to finish: x (all of it, from every block)
 // through norm::wide_tail, as launch_rms_norm_q8's wide rows.
 __device__ __forceinline__ void next_norm(const dl_params& p, float* red) {
   const moe_decode_layer_args& a = p.a;
   const int n4 = static_cast<int>(a.n_embd / 4);
   const auto* x4 = reinterpret_cast<const float4*>(a.x);
-  const auto* w4 = reinterpret_cast<const float4*>(a.next.w);
   float4 v[norm::k_chunks], wv[norm::k_chunks];
+  load_norm_weights(a.next.w, n4, wv);
 #pragma unroll
   for (int k = 0; k < norm::k_chunks; ++k) {
     const int c = k * k_threads + static_cast<int>(threadIdx.x);
     v[k] = c < n4 ? __ldcg(x4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-    wv[k] = c < n4 ? __ldg(w4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   norm::wide_tail<true>(v, wv, static_cast<int>(a.n_embd), a.next.eps, a.next.xn, p.next_qx, p.next_ds, red);
 }
 
 // GU: the int8-x mat-vec pieces of gate/up (matvec_types.cuh); D: the float-x pieces of down
-// (matvec_fx.cuh). Phases: (1) router and shared-gate logits, the shared expert's gate and up;
-// (2) routing in every block, then the k experts' gate and up; (3) SwiGLU into shared memory,
-// then down and the sum into x; (4) the next norm, in the last block.
+// (matvec_fx.cuh). Phases: (1) the FFN norm in every block, router and shared-gate logits, the
+// shared expert's gate and up; (2) routing in every block, then the k experts' gate and up; (3)
+// SwiGLU into shared memory (where xn was), then down and the sum into x; (4) the next norm, in
+// the last block.
 template <class GU, class D>
-__global__ void __launch_bounds__(k_threads) moe_decode_layer_kernel(dl_params p) {
+__global__ void __launch_bounds__(k_threads, 2) moe_decode_layer_kernel(dl_params p) {
   const moe_decode_layer_args& a = p.a;
-  __shared__ __align__(16) float h[k_moe_decode_layer_max_h];
+  // xn and its int8 copy in phases 1 and 2, h in phase 3.
+  __shared__ __align__(16) float smem[k_moe_decode_layer_max_h];
   __shared__ int ids[k_moe_max_k];
   __shared__ float w[k_moe_max_k];
   __shared__ float gate, red[32];
@@ -286,17 +315,21 @@ __global__ void __launch_bounds__(k_threads) moe_decode_layer_kernel(dl_params p
   const auto* sd = static_cast<const uint8_t*>(a.shexp_down);
   const auto router_row = [&](int i) { return i < a.n_expert ? a.router + i * E : a.shexp_gate_row; };
   const auto sh_row = [&](int64_t j) { return (j < Fs ? sg + j * gu_rb : su + (j - Fs) * gu_rb); };
-  const x_view xq{nullptr, p.qx, p.dsx, E};
+  const shared_xn xs = shared_layout(smem, E);
+  const x_view_plain xq{nullptr, xs.q, xs.ds, E};
 
   // Phase 1's weights and the shared expert's down rows are known now: into L2 while the
   // previous kernel finishes.
+  float4 wv[norm::k_chunks];
+  load_norm_weights(a.norm_w, static_cast<int>(E / 4), wv);
   for (int i = gw; i < n_logits; i += nw) warp_prefetch(router_row(i), E * 4);
   for (int64_t j = first_sh; j < n_sh; j += nw) warp_prefetch(sh_row(j), gu_rb);
   if (shared)
     for (int64_t o = gw; o < E; o += nw) warp_prefetch(sd + o * rbs, rbs);
   pdl_wait();
+  ffn_norm(a, wv, xs, red);
   for (int i = gw; i < n_logits; i += nw) {
-    const float v = float_row_dot(router_row(i), a.xn, static_cast<int>(E / 4));
+    const float v = float_row_dot(router_row(i), xs.xf, static_cast<int>(E / 4));
     if (threadIdx.x % 32 == 0) p.logits[i] = v;
   }
   float* gu_sh = p.gu + 2 * a.k * F;
@@ -325,9 +358,9 @@ __global__ void __launch_bounds__(k_threads) moe_decode_layer_kernel(dl_params p
   grid_barrier(p.bar);
 
   // Phase 3.
-  swiglu_to_shared(p, h);
+  swiglu_to_shared(p, smem);
   __syncthreads();
-  down_rows<D>(p, h, ids, w, gate, gw, nw);
+  down_rows<D>(p, smem, ids, w, gate, gw, nw);
 
   // Phase 4.
   if (a.next.w == nullptr || !grid_last_block(p.last)) return;
@@ -405,7 +438,10 @@ bool moe_decode_layer_fits(const moe_decode_layer_args& a) {
   if (a.n_expert < 1 || a.n_expert > k_moe_max_experts || a.k < 1 || a.k > k_moe_max_k || a.k > a.n_expert)
     return false;
   const int64_t E = a.n_embd, F = a.n_ff, Fs = a.n_ff_shexp;
-  if (E < 256 || E % 256 != 0 || gate_up_pieces(a.gate_up_type, E) > 32 * k_pl) return false;
+  // xn, its int8 copy and scales share the SwiGLU's shared memory: 4 + 1 + 1/4 bytes a value.
+  if (E < 256 || E % 256 != 0 || gate_up_pieces(a.gate_up_type, E) > 32 * k_pl ||
+      E * 21 / 4 > int64_t{k_moe_decode_layer_max_h} * 4 || E > 4 * norm::k_threads * norm::k_chunks)
+    return false;
   if (a.next.w && (!moe_combine_norm_fits(1, E) || !a.next.xn || !a.next.work || !aligned16(a.next.w) ||
                    !aligned16(a.next.xn) || !aligned16(a.next.work)))
     return false;
@@ -414,10 +450,10 @@ bool moe_decode_layer_fits(const moe_decode_layer_args& a) {
                  !aligned16(a.shexp_gate) || !aligned16(a.shexp_up) || !aligned16(a.shexp_down) ||
                  !aligned16(a.shexp_gate_row)))
     return false;
-  const void* const need[] = {a.xn, a.x_work, a.router, a.gate, a.up, a.down, a.work};
+  const void* const need[] = {a.x, a.norm_w, a.router, a.gate, a.up, a.down, a.work};
   for (const void* q : need)
     if (!q || !aligned16(q)) return false;
-  if (!a.x || !a.ids || !a.weights || a.gate_up_stride % 16 != 0 || a.down_stride % 16 != 0) return false;
+  if (!a.ids || !a.weights || a.gate_up_stride % 16 != 0 || a.down_stride % 16 != 0) return false;
   return kernel_arch() >= 70 && device_attribute<cudaDevAttrCooperativeLaunch>() != 0;
 }
 
@@ -435,8 +471,6 @@ cudaError_t launch_moe_decode_layer(const moe_decode_layer_args& a, cudaStream_t
   if (!moe_decode_layer_fits(a)) return cudaErrorInvalidValue;
   dl_params p{};
   p.a = a;
-  const matvec_qx xq = matvec_x_parts(const_cast<void*>(a.x_work), a.n_embd, 1);
-  p.qx = xq.q, p.dsx = xq.ds;
   if (a.next.w) {
     const matvec_qx nq = matvec_x_parts(a.next.work, a.n_embd, 1);
     p.next_qx = nq.q, p.next_ds = nq.ds;

@@ -1,7 +1,7 @@
 // Host launcher for the mixture-of-experts half of a decode layer as one persistent launch: the
-// router, routing, the k experts' gate/up and the shared expert, SwiGLU, down, the weighted sum
-// into the residual and the next layer's input norm, with grid barriers between them instead of
-// six dependent launches. Opt-in (TANDEM_MOE_PERSISTENT=1, engine/backend/cuda/cuda_moe_block.cpp).
+// FFN norm, the router, routing, the k experts' gate/up and the shared expert, SwiGLU, down, the
+// weighted sum into the residual and the next layer's input norm, with grid barriers between them
+// instead of seven dependent launches. Opt-in (TANDEM_MOE_PERSISTENT=1, engine/backend/cuda/cuda_moe_block.cpp).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,9 +16,9 @@ namespace tandem {
 
 // One token's MoE FFN. Weights in GGUF layout; every pointer a device pointer.
 struct moe_decode_layer_args {
-  const float* xn = nullptr;     // RMSNorm(x) * w of this layer's FFN norm: n_embd floats
-  const void* x_work = nullptr;  // xn's int8 copy, matvec_x_parts(x_work, n_embd, 1) (launch_rms_norm_q8's)
-  float* x = nullptr;            // the residual: x += the FFN's output
+  float* x = nullptr;              // the residual: x += the FFN's output
+  const float* norm_w = nullptr;   // the FFN norm's weights: the FFN reads RMSNorm(x) * norm_w
+  float eps = 0.f;
   int64_t n_embd = 0;
   const float* router = nullptr;  // float32, n_expert rows of n_embd
   int n_expert = 0, k = 0;
@@ -60,16 +60,17 @@ size_t moe_decode_layer_work_bytes(int n_expert, int k, int64_t n_ff, int64_t n_
 // Zeroes the grid-sync words of work; once, before its first launch (the launches leave them so).
 cudaError_t moe_decode_layer_reset(void* work, cudaStream_t stream);
 
-// x += sum_j w_j down_j(h_j) + sigmoid(g) down_s(h_s), h = silu(gate xn) * up xn, for the k
-// experts routed by launch_moe_route's rule from router · xn (float32 products) and the shared
-// expert gated by g = shexp_gate_row · xn; then, with next.w, next.xn = RMSNorm(x) * next.w and
-// its int8 copy (matvec_x_parts(next.work, n_embd, 1)). Gate and up read xn's int8 copy as the
-// expert mat-vec does; down reads h as floats (the launch chain quantizes h to int8), so the
-// result differs from the chain's by that rounding. One cooperative launch of a block or two
-// per multiprocessor (programmatic dependent on sm_90); the weights of each phase are asked into
-// L2 as soon as their addresses are known (the router's and the shared expert's before the
-// previous kernel ends, the selected experts' once routing is done). cudaErrorInvalidValue
-// where moe_decode_layer_fits refuses.
+// With xn = RMSNorm(x) * norm_w (each block makes it, with launch_rms_norm_q8's bits, and its
+// int8 copy in shared memory): x += sum_j w_j down_j(h_j) + sigmoid(g) down_s(h_s), h =
+// silu(gate xn) * up xn, for the k experts routed by launch_moe_route's rule from router · xn
+// (float32 products) and the shared expert gated by g = shexp_gate_row · xn; then, with next.w,
+// next.xn = RMSNorm(x) * next.w and its int8 copy (matvec_x_parts(next.work, n_embd, 1)). Gate
+// and up read xn's int8 copy as the expert mat-vec does; down reads h as floats (the launch chain
+// quantizes h to int8), so the result differs from the chain's by that rounding. One cooperative
+// launch of a block or two per multiprocessor (programmatic dependent on sm_90); the weights of
+// each phase are asked into L2 as soon as their addresses are known (the router's and the shared
+// expert's before the previous kernel ends, the selected experts' once routing is done).
+// cudaErrorInvalidValue where moe_decode_layer_fits refuses.
 cudaError_t launch_moe_decode_layer(const moe_decode_layer_args& a, cudaStream_t stream);
 
 }  // namespace tandem

@@ -69,7 +69,7 @@ struct layer {
         d_gate(gate.q), d_up(up.q), d_down(down.q), d_sgate(sgate.q), d_sup(sup.q), d_sdown(sdown.q),
         d_x_work(matvec_work_bytes(c.E, 1)), d_next_work(matvec_work_bytes(c.E, 1)),
         d_work(moe_decode_layer_work_bytes(c.n_expert, c.k, c.F, c.Fs)), d_ids(size_t(c.k)) {
-    a.xn = d_xn.p, a.x_work = d_x_work.p, a.x = d_x.p, a.n_embd = c.E;
+    a.x = d_x.p, a.norm_w = d_norm_w.p, a.eps = k_eps, a.n_embd = c.E;
     a.router = d_router.p, a.n_expert = c.n_expert, a.k = c.k, a.renorm = c.renorm;
     a.gate_up_type = c.gu, a.gate = d_gate.p, a.up = d_up.p, a.gate_up_stride = gate.stride;
     a.down_type = c.down, a.down = d_down.p, a.down_stride = down.stride, a.n_ff = c.F;
@@ -81,7 +81,8 @@ struct layer {
     a.ids = d_ids.p, a.weights = d_w.p, a.work = d_work.p;
   }
 
-  // x back to x0, this layer's norm and its int8 copy, then the launch.
+  // x back to x0, this layer's norm as launch_rms_norm_q8 makes it (for the reference: the launch
+  // makes its own, the same bits where the norm kernel takes its wide rows), then the launch.
   cudaError_t run(cudaStream_t s) {
     cudaError_t e = cudaMemcpyAsync(d_x.p, x0.data(), x0.size() * sizeof(float), cudaMemcpyHostToDevice, s);
     if (e == cudaSuccess) e = launch_rms_norm_q8(d_x.p, d_norm_w.p, d_xn.p, 1, int(c.E), k_eps, d_x_work.p, s);
@@ -277,7 +278,8 @@ TEST(moe_decode_layer, refuses_what_it_does_not_fit) {
   refused("Q6_K rows past 64 pieces", [](moe_decode_layer_args& b) { b.n_embd = 4096, b.gate_up_type = ggml_type::q6_k; });
   refused("k above n_expert", [](moe_decode_layer_args& b) { b.k = 33; });
   refused("h past shared memory", [](moe_decode_layer_args& b) { b.k = 16, b.n_ff = 1024; });
-  refused("a misaligned int8 copy", [](moe_decode_layer_args& b) { b.x_work = static_cast<const uint8_t*>(b.x_work) + 4; });
+  refused("misaligned norm weights", [](moe_decode_layer_args& b) { b.norm_w += 1; });
+  refused("no norm weights", [](moe_decode_layer_args& b) { b.norm_w = nullptr; });
   refused("no scratch", [](moe_decode_layer_args& b) { b.work = nullptr; });
   refused("a shared expert without its gate row", [](moe_decode_layer_args& b) { b.shexp_gate_row = nullptr; });
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -305,14 +307,13 @@ TEST(big, moe_decode_layer) {
   dev<float> x(randoms(size_t(E), 6)), nw(randoms(size_t(E), 7, 0.5f, 1.5f)), xn(static_cast<size_t>(E)), w(static_cast<size_t>(k));
   dev<int32_t> ids(static_cast<size_t>(k));
   dev<uint8_t> xw(matvec_work_bytes(E, 1)), work(moe_decode_layer_work_bytes(int(n_exp), int(k), F, F));
-  ASSERT_EQ(launch_rms_norm_q8(x.p, nw.p, xn.p, 1, int(E), k_eps, xw.p, nullptr), cudaSuccess);
   ASSERT_EQ(moe_decode_layer_reset(work.p, nullptr), cudaSuccess);
   moe_decode_layer_args a;
-  a.xn = xn.p, a.x_work = xw.p, a.x = x.p, a.n_embd = E, a.n_expert = int(n_exp), a.k = int(k);
+  a.x = x.p, a.norm_w = nw.p, a.eps = k_eps, a.n_embd = E, a.n_expert = int(n_exp), a.k = int(k);
   a.gate_up_type = ggml_type::q4_k, a.down_type = ggml_type::q6_k, a.n_ff = F;
   a.gate_up_stride = g1.size(), a.down_stride = d1.size();
   a.shexp_gate = sg.p, a.shexp_up = su.p, a.shexp_down = sd.p, a.shexp_gate_row = row.p, a.n_ff_shexp = F;
-  a.next.w = nw.p, a.next.eps = k_eps, a.next.xn = xn.p, a.next.work = xw.p;  // the next layer's input is this one's
+  a.next.w = nw.p, a.next.eps = k_eps, a.next.xn = xn.p, a.next.work = xw.p;
   a.ids = ids.p, a.weights = w.p, a.work = work.p;
   const auto launch = [&](int i, cudaStream_t s) {
     moe_decode_layer_args b = a;

@@ -69,19 +69,19 @@ status cuda_backend::moe_block(uint32_t il) {
   // Decode: the norm also writes xn's int8 copy, which gate and up read (one launch fewer).
   const bool xq = dec && L.gate_exps.type == L.up_exps.type && L.gate_exps.type != ggml_type::f32 &&
                   L.gate_exps.type != ggml_type::f16;
-  if (xq) {
-    TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.ffn_norm, xn, T, E, hp_.rms_eps, matvec_work_.get(), s));
-  } else {
-    TANDEM_CUDA_TRY(launch_rms_norm(x, L.ffn_norm, xn, T, E, hp_.rms_eps, s));
-  }
-  TANDEM_TRY(mark("FFN norm"));
-  // One token's whole MoE half (and the next layer's input norm) as one persistent launch.
+  // One token's whole MoE half (its norm to the next layer's input norm) as one persistent launch.
   moe_decode_layer_args pa;
   if (xq && moe_layer_args(il, T, pa)) {
     TANDEM_CUDA_TRY(launch_moe_decode_layer(pa, s));
     if (pa.next.w) norm_folded_ = int64_t(il) + 1;
     return mark("experts persistent");
   }
+  if (xq) {
+    TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.ffn_norm, xn, T, E, hp_.rms_eps, matvec_work_.get(), s));
+  } else {
+    TANDEM_CUDA_TRY(launch_rms_norm(x, L.ffn_norm, xn, T, E, hp_.rms_eps, s));
+  }
+  TANDEM_TRY(mark("FFN norm"));
   // Decode's shared expert reads only xn and its int8 copy and writes buffers of its own, so it
   // runs on the side stream beside the router and the routed experts (one chain of small
   // launches hidden behind the other); not when profiling, whose groups are timed on the main
@@ -113,7 +113,7 @@ status cuda_backend::moe_block(uint32_t il) {
 
 // The persistent decode layer's arguments (TANDEM_MOE_PERSISTENT=1, one token): whether it takes
 // this layer (float32 router and shared gate, the shared expert of the routed experts' types,
-// and whatever moe_decode_layer_fits asks). xn and its int8 copy are the FFN norm's.
+// and whatever moe_decode_layer_fits asks). The launch makes the FFN norm itself.
 bool cuda_backend::moe_layer_args(uint32_t il, int T, moe_decode_layer_args& a) const {
   const auto& L = w_.layers[il];
   if (!moe_persistent_ || comm_ || T != 1 || L.router.type != ggml_type::f32 || !moe_layer_work_.get()) return false;
@@ -123,7 +123,7 @@ bool cuda_backend::moe_layer_args(uint32_t il, int T, moe_decode_layer_args& a) 
     return false;
   if (L.up_exps.type != L.gate_exps.type) return false;
   a = moe_decode_layer_args{};
-  a.xn = xn_.get<float>(), a.x_work = matvec_work_.get(), a.x = x_.get<float>(), a.n_embd = hp_.n_embd;
+  a.x = x_.get<float>(), a.norm_w = L.ffn_norm, a.eps = hp_.rms_eps, a.n_embd = hp_.n_embd;
   a.router = reinterpret_cast<const float*>(L.router.data);
   a.n_expert = int(hp_.n_expert), a.k = int(hp_.n_expert_used), a.renorm = hp_.expert_weights_norm;
   a.gate_up_type = L.gate_exps.type, a.gate = L.gate_exps.data, a.up = L.up_exps.data;
