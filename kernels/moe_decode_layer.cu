@@ -409,8 +409,8 @@ size_t logits_floats(int n_expert) { return (static_cast<size_t>(n_expert) + 1 +
 template <class GU, class D>
 cudaError_t launch_typed(const dl_params& p, cudaStream_t stream) {
   int resident = 0;
-  const cudaError_t e = resident_blocks<moe_decode_layer_kernel<GU, D>, k_threads>(resident);
-  if (e != cudaSuccess) return e;
+  const cudaError_t r = resident_blocks<moe_decode_layer_kernel<GU, D>, k_threads>(resident);
+  if (r != cudaSuccess) return r;
   const int sms = device_attribute<cudaDevAttrMultiProcessorCount>();
   // Two blocks an SM at most: more blocks add arrivals to every barrier, not bandwidth.
   const int grid = std::max(1, std::min(resident, 2 * std::max(sms, 1)));
@@ -428,7 +428,15 @@ cudaError_t launch_typed(const dl_params& p, cudaStream_t stream) {
   }
   cfg.attrs = attr;
   cfg.numAttrs = n;
-  return cudaLaunchKernelEx(&cfg, moe_decode_layer_kernel<GU, D>, p);
+  cudaError_t e = cudaLaunchKernelEx(&cfg, moe_decode_layer_kernel<GU, D>, p);
+  if (e != cudaSuccess && n > 1) {
+    // Not documented either way: a driver that refuses a cooperative launch as a programmatic
+    // dependent gets a plain cooperative one (the launch gap back, the result the same).
+    (void)cudaGetLastError();
+    cfg.numAttrs = 1;
+    e = cudaLaunchKernelEx(&cfg, moe_decode_layer_kernel<GU, D>, p);
+  }
+  return e;
 }
 
 }  // namespace

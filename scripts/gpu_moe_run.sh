@@ -2,12 +2,16 @@
 # On the GPU machine, in one call: build for sm_90, then the mixture-of-experts checks and figures
 # of docs/PERFORMANCE.md ("Mixture of experts"). Steps (env STEPS, default "build test kernels
 # bench"): build; test: every CTest test labelled gpu but the big.* timings; kernels: the MoE
-# kernels' timing tests (kernels_moe_test and kernels_moe_matvec_test big.*) and the router's
-# and 2048-wide head's mat-vecs; bench: random Q4_K_M models of PRESETS (default the
-# Qwen3-30B-A3B and Qwen3.5-35B-A3B shapes), the first with ceilings, the rest against them;
+# kernels' timing tests (kernels_moe_test, kernels_moe_matvec_test and
+# kernels_moe_decode_layer_test big.*), the router's and 2048-wide head's mat-vecs, and the
+# launch-chain and grid-barrier floors (scripts/launch_chain_floor.cu); bench: random Q4_K_M
+# models of PRESETS (default the Qwen3-30B-A3B and Qwen3.5-35B-A3B shapes), the first with
+# ceilings, the rest against them;
 # ab: each preset under each of AB_ENVS (default "TANDEM_MOE_PERSISTENT=1
 # TANDEM_QGEMM_GROUPED_TALL=1", the opt-in paths not yet timed), one variable at a time, with
 # AB_ARGS (default "-p 2048 -n 128 -r 2"), to set beside bench's figures;
+# sanitize: compute-sanitizer (memcheck, synccheck) over SANITIZE_TESTS (default the persistent
+# MoE layer's kernel test), big.* left out;
 # profile: where a prefill token of the last preset goes (launch groups, no graphs); decode:
 # where a decode token of each preset goes, kernel by kernel (ncu on a 4-layer copy, graphs off;
 # scripts/ncu_last_token.py).
@@ -40,10 +44,22 @@ if has test; then
   grep -E "tests passed|Failed|\*\*\*|Not Run" "$out/ctest.log" | head -30
   echo "tests done at $SECONDS s"
 fi
+if has sanitize; then
+  san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for t in ${SANITIZE_TESTS:-kernels_moe_decode_layer_test}; do
+    for tool in memcheck synccheck; do
+      timeout 300 "$san" --tool "$tool" --error-exitcode 1 "$build/tests/kernels/$t" --gtest_filter='-big.*' \
+        >"$out/sanitizer-$tool-$t.log" 2>&1
+      echo "compute-sanitizer $tool $t: rc $?"
+      grep -E "ERROR SUMMARY|FAILED" "$out/sanitizer-$tool-$t.log" | head -5
+    done
+  done
+fi
 if has kernels; then
   "$build/tests/kernels/kernels_moe_test" --gtest_filter='big.*' 2>&1 | grep -E "moe |dense|FAILED" | head -40
   "$build/tests/kernels/kernels_moe_matvec_test" --gtest_filter='big.*' 2>&1 | grep -E "moe |dense|FAILED" | head -20
   "$build/tests/kernels/kernels_moe_decode_layer_test" --gtest_filter='big.*' 2>&1 | grep -E "moe_decode_layer|FAILED"
+  nvcc -std=c++17 -arch=sm_90 -I. -o "$out/chain" scripts/launch_chain_floor.cu && "$out/chain" | grep -E "132 blocks|barrier"
   "$build/tests/kernels/kernels_matvec_test" --gtest_filter='big.router_bandwidth:big.head_bandwidth' 2>&1 |
     grep -E "^router|^head Q6_K +248320|FAILED" | head -20
   echo "kernel timings done at $SECONDS s"
