@@ -6,6 +6,7 @@
 #include "kernels/moe_decode_layer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -418,11 +419,15 @@ cudaError_t launch_typed(const dl_params& p, cudaStream_t stream) {
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
   cfg.blockDim = dim3(k_threads);
   cfg.stream = stream;
+  // Whether a cooperative launch as a programmatic dependent is documented is unclear: where the
+  // driver refuses it, the launch is a plain cooperative one from then on (the launch gap back,
+  // the result the same).
+  static std::atomic<bool> pdl_refused{false};
   cudaLaunchAttribute attr[2];
   unsigned n = 0;
   attr[n].id = cudaLaunchAttributeCooperative;
   attr[n++].val.cooperative = 1;
-  if (pdl_supported()) {
+  if (pdl_supported() && !pdl_refused.load(std::memory_order_relaxed)) {
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[n++].val.programmaticStreamSerializationAllowed = 1;
   }
@@ -430,11 +435,10 @@ cudaError_t launch_typed(const dl_params& p, cudaStream_t stream) {
   cfg.numAttrs = n;
   cudaError_t e = cudaLaunchKernelEx(&cfg, moe_decode_layer_kernel<GU, D>, p);
   if (e != cudaSuccess && n > 1) {
-    // Not documented either way: a driver that refuses a cooperative launch as a programmatic
-    // dependent gets a plain cooperative one (the launch gap back, the result the same).
     (void)cudaGetLastError();
     cfg.numAttrs = 1;
     e = cudaLaunchKernelEx(&cfg, moe_decode_layer_kernel<GU, D>, p);
+    if (e == cudaSuccess) pdl_refused.store(true, std::memory_order_relaxed);
   }
   return e;
 }
@@ -445,6 +449,7 @@ bool moe_decode_layer_fits(const moe_decode_layer_args& a) {
   if (!supported_type(a.gate_up_type) || !supported_type(a.down_type)) return false;
   if (a.n_expert < 1 || a.n_expert > k_moe_max_experts || a.k < 1 || a.k > k_moe_max_k || a.k > a.n_expert)
     return false;
+  if (!(a.eps >= 0.f) || (a.next.w && !(a.next.eps >= 0.f))) return false;
   const int64_t E = a.n_embd, F = a.n_ff, Fs = a.n_ff_shexp;
   // xn, its int8 copy and scales share the SwiGLU's shared memory: 4 + 1 + 1/4 bytes a value.
   if (E < 256 || E % 256 != 0 || gate_up_pieces(a.gate_up_type, E) > 32 * k_pl ||

@@ -47,7 +47,7 @@ struct moe_decode_layer_args {
 // Whether the launch takes these shapes and types on the current device: gate/up and down of
 // Q4_K, Q5_K, Q6_K or Q8_0 (the shared expert's of the same two types); n_embd a multiple of 256
 // whose gate/up rows are at most 64 of the mat-vec's pieces (Q4_K: 4096; the others: 2048), and
-// 1024 or more with a next norm; n_ff and n_ff_shexp multiples of 256 whose SwiGLU
+// 1024 or more with a next norm; eps and next.eps >= 0; n_ff and n_ff_shexp multiples of 256 whose SwiGLU
 // outputs (k * n_ff + n_ff_shexp floats) fit k_moe_decode_layer_max_h; n_expert <=
 // k_moe_max_experts, 1 <= k <= min(n_expert, k_moe_max_k); 16-byte aligned pointers and
 // strides; a device that launches cooperative kernels, running sm_70+ code.
@@ -60,17 +60,20 @@ size_t moe_decode_layer_work_bytes(int n_expert, int k, int64_t n_ff, int64_t n_
 // Zeroes the grid-sync words of work; once, before its first launch (the launches leave them so).
 cudaError_t moe_decode_layer_reset(void* work, cudaStream_t stream);
 
-// With xn = RMSNorm(x) * norm_w (each block makes it, with launch_rms_norm_q8's bits, and its
-// int8 copy in shared memory): x += sum_j w_j down_j(h_j) + sigmoid(g) down_s(h_s), h =
-// silu(gate xn) * up xn, for the k experts routed by launch_moe_route's rule from router · xn
-// (float32 products) and the shared expert gated by g = shexp_gate_row · xn; then, with next.w,
-// next.xn = RMSNorm(x) * next.w and its int8 copy (matvec_x_parts(next.work, n_embd, 1)). Gate
-// and up read xn's int8 copy as the expert mat-vec does; down reads h as floats (the launch chain
-// quantizes h to int8), so the result differs from the chain's by that rounding. One cooperative
-// launch of a block or two per multiprocessor (programmatic dependent on sm_90); the weights of
-// each phase are asked into L2 as soon as their addresses are known (the router's and the shared
-// expert's before the previous kernel ends, the selected experts' once routing is done).
-// cudaErrorInvalidValue where moe_decode_layer_fits refuses.
+// With xn = RMSNorm(x) * norm_w (each block makes it and its int8 copy in shared memory, as
+// launch_rms_norm_q8 does for rows of 1024 and more: the same bits there): x += sum_j w_j
+// down_j(h_j) + sigmoid(g) down_s(h_s), h = silu(gate xn) * up xn, for the k experts routed by
+// launch_moe_route's rule from router · xn (float32 products) and the shared expert gated by g =
+// shexp_gate_row · xn; then, with next.w, next.xn = RMSNorm(x) * next.w and its int8 copy
+// (matvec_x_parts(next.work, n_embd, 1)). Gate and up read xn's int8 copy as the expert mat-vec
+// does; down reads h as floats (the launch chain quantizes h to int8), so the result differs from
+// the chain's by that rounding. One cooperative launch of a block or two per multiprocessor
+// (programmatic dependent on sm_90); the weights of each phase are asked into L2 as soon as their
+// addresses are known (the router's and the shared expert's before the previous kernel ends, the
+// selected experts' once routing is done). cudaErrorInvalidValue where moe_decode_layer_fits
+// refuses. Its blocks wait for each other, so two such launches must not run at once on one
+// device (two streams or processes could each hold part of the GPU); one stream's launches
+// follow each other.
 cudaError_t launch_moe_decode_layer(const moe_decode_layer_args& a, cudaStream_t stream);
 
 }  // namespace tandem

@@ -3,6 +3,7 @@
 // expert on the device and one grouped GEMM per projection), the weighted sum, and the shared
 // expert with its sigmoid gate. The math is backend/cpu/moe_ops.h's, through kernels/moe.h.
 #include <algorithm>
+#include <cstdio>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "kernels/cuda_check.h"
@@ -52,8 +53,9 @@ status cuda_backend::ensure_moe_scratch(int n) {
     TANDEM_TRY(shexp_logit_.alloc(size_t(dec) * f));
   }
   if (moe_persistent_) {
-    TANDEM_TRY(moe_layer_work_.alloc(moe_decode_layer_work_bytes(int(hp_.n_expert), int(k), int64_t(F),
-                                                                 int64_t(hp_.n_ff_shexp))));
+    const size_t layer_work =
+        moe_decode_layer_work_bytes(int(hp_.n_expert), int(k), int64_t(F), int64_t(hp_.n_ff_shexp));
+    TANDEM_TRY(moe_layer_work_.alloc(layer_work));
     TANDEM_CUDA_TRY(moe_decode_layer_reset(moe_layer_work_.get(), ctx_->stream()));
   }
   return moe_work_.alloc(std::max<size_t>(work, 16));
@@ -72,9 +74,16 @@ status cuda_backend::moe_block(uint32_t il) {
   // One token's whole MoE half (its norm to the next layer's input norm) as one persistent launch.
   moe_decode_layer_args pa;
   if (xq && moe_layer_args(il, T, pa)) {
-    TANDEM_CUDA_TRY(launch_moe_decode_layer(pa, s));
-    if (pa.next.w) norm_folded_ = int64_t(il) + 1;
-    return mark("experts persistent");
+    const cudaError_t e = launch_moe_decode_layer(pa, s);
+    if (e == cudaSuccess) {
+      if (pa.next.w) norm_folded_ = int64_t(il) + 1;
+      return mark("experts persistent");
+    }
+    // A cooperative grid the device cannot hold (MPS, another cooperative kernel): the launch
+    // chain from now on, said once.
+    (void)cudaGetLastError();
+    moe_persistent_ = false;
+    std::fprintf(stderr, "tandem: TANDEM_MOE_PERSISTENT: %s; the launch chain runs instead\n", cudaGetErrorString(e));
   }
   if (xq) {
     TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.ffn_norm, xn, T, E, hp_.rms_eps, matvec_work_.get(), s));

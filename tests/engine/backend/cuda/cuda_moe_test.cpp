@@ -31,7 +31,8 @@ struct moe_pair {
   std::unique_ptr<kv_cache> cpu_cache, gpu_cache;
 };
 
-// wide: widths the persistent decode layer takes (kernels/moe_decode_layer.h: 256 multiples).
+// wide: widths the persistent decode layer takes (kernels/moe_decode_layer.h: 256 multiples;
+// n_embd 1024, so that it also writes the next layer's input norm).
 moe_pair make_moe_pair(const std::string& arch, ggml_type t, bool wide = false) {
   moe_pair f;
   test::tiny_model_options opt;
@@ -39,7 +40,7 @@ moe_pair make_moe_pair(const std::string& arch, ggml_type t, bool wide = false) 
   opt.hp = arch == "qwen3moe" ? test::tiny_model_options::qwen3moe_hparams()
                               : test::tiny_model_options::qwen35moe_hparams();
   if (wide) {
-    opt.hp.n_embd = 256, opt.hp.n_ff_exp = 256;
+    opt.hp.n_embd = 1024, opt.hp.n_ff_exp = 256;
     if (opt.hp.n_ff_shexp > 0) opt.hp.n_ff_shexp = 256;
   }
   opt.matrix_type = t;
