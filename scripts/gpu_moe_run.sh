@@ -14,7 +14,8 @@
 # MoE layer's kernel test), big.* left out;
 # profile: where a prefill token of the last preset goes (launch groups, no graphs); decode:
 # where a decode token of each preset goes, kernel by kernel (ncu on a 4-layer copy, graphs off;
-# scripts/ncu_last_token.py).
+# scripts/ncu_last_token.py), by default and under each of DECODE_ENVS (default
+# TANDEM_MOE_PERSISTENT=1).
 # Usage (repo root, .devdeps/ alongside): bash scripts/gpu_moe_run.sh
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -92,10 +93,13 @@ if has decode; then
   for p in $presets; do
     m=/tmp/moe-l4-$p.gguf
     [[ -f $m ]] || "$tm" make --preset "$p" --type Q4_K_M --n-layer 4 --row-pool 64 -o "$m" -q
-    TANDEM_CUDA_GRAPHS=0 timeout 200 ncu --metrics gpu__time_duration.sum --clock-control none --csv \
-      --print-units base "$tm" bench -m "$m" -p 1 -n 4 -r 1 --no-ceilings >"$out/ncu-$p.csv" 2>"$out/ncu-$p.err"
-    echo "decode kernels of $p (4 layers):"
-    python3 scripts/ncu_last_token.py "$out/ncu-$p.csv" --width 90
+    for v in TANDEM_CUDA_GRAPHS=0 ${DECODE_ENVS-TANDEM_MOE_PERSISTENT=1}; do  # the default, then each variant
+      tag=$p${v#TANDEM_CUDA_GRAPHS=0}
+      env TANDEM_CUDA_GRAPHS=0 "$v" timeout 200 ncu --metrics gpu__time_duration.sum --clock-control none --csv \
+        --print-units base "$tm" bench -m "$m" -p 1 -n 4 -r 1 --no-ceilings >"$out/ncu-$tag.csv" 2>"$out/ncu-$tag.err"
+      echo "decode kernels of $p (4 layers), $v:"
+      python3 scripts/ncu_last_token.py "$out/ncu-$tag.csv" --width 90
+    done
   done
 fi
 if has profile; then
