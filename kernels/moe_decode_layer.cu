@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/arch.h"
 #include "kernels/device_attribute.h"
@@ -38,6 +39,7 @@ struct dl_params {
   unsigned* last;  // grid_last_block's
   float* logits;   // n_expert, then the shared gate's
   float* gu;       // [slot][gate, up][n_ff], then the shared expert's [gate, up][n_ff_shexp]
+  bool prefetch;   // ask L2 for each phase's weights ahead (TANDEM_MOE_PERSISTENT_PREFETCH=0: not)
 };
 
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.L2 [%0];" ::"l"(p)); }
@@ -323,10 +325,12 @@ __global__ void __launch_bounds__(k_threads, 2) moe_decode_layer_kernel(dl_param
   // previous kernel finishes.
   float4 wv[norm::k_chunks];
   load_norm_weights(a.norm_w, static_cast<int>(E / 4), wv);
-  for (int i = gw; i < n_logits; i += nw) warp_prefetch(router_row(i), E * 4);
-  for (int64_t j = first_sh; j < n_sh; j += nw) warp_prefetch(sh_row(j), gu_rb);
-  if (shared)
-    for (int64_t o = gw; o < E; o += nw) warp_prefetch(sd + o * rbs, rbs);
+  if (p.prefetch) {
+    for (int i = gw; i < n_logits; i += nw) warp_prefetch(router_row(i), E * 4);
+    for (int64_t j = first_sh; j < n_sh; j += nw) warp_prefetch(sh_row(j), gu_rb);
+    if (shared)
+      for (int64_t o = gw; o < E; o += nw) warp_prefetch(sd + o * rbs, rbs);
+  }
   pdl_wait();
   ffn_norm(a, wv, xs, red);
   for (int i = gw; i < n_logits; i += nw) {
@@ -350,10 +354,12 @@ __global__ void __launch_bounds__(k_threads, 2) moe_decode_layer_kernel(dl_param
     const uint8_t* m = (i / F) % 2 == 0 ? g0 : u0;
     return m + static_cast<int64_t>(ids[slot]) * static_cast<int64_t>(a.gate_up_stride) + r * gu_rb;
   };
-  for (int64_t i = gw; i < n2; i += nw) warp_prefetch(row2(i), gu_rb);
-  for (int64_t o = gw; o < E; o += nw)
-    for (int j = 0; j < a.k; ++j)
-      warp_prefetch(d0 + static_cast<int64_t>(ids[j]) * static_cast<int64_t>(a.down_stride) + o * drb, drb);
+  if (p.prefetch) {
+    for (int64_t i = gw; i < n2; i += nw) warp_prefetch(row2(i), gu_rb);
+    for (int64_t o = gw; o < E; o += nw)
+      for (int j = 0; j < a.k; ++j)
+        warp_prefetch(d0 + static_cast<int64_t>(ids[j]) * static_cast<int64_t>(a.down_stride) + o * drb, drb);
+  }
   float* gu = p.gu;
   warp_rows<GU>(gw, n2, nw, n_pieces, gu_rb, xq, row2, [gu](int64_t i, float v) { gu[i] = v; });
   grid_barrier(p.bar);
@@ -414,7 +420,12 @@ cudaError_t launch_typed(const dl_params& p, cudaStream_t stream) {
   if (r != cudaSuccess) return r;
   const int sms = device_attribute<cudaDevAttrMultiProcessorCount>();
   // Two blocks an SM at most: more blocks add arrivals to every barrier, not bandwidth.
-  const int grid = std::max(1, std::min(resident, 2 * std::max(sms, 1)));
+  // TANDEM_MOE_PERSISTENT_BLOCKS=1: one (fewer barrier arrivals, half the warps in flight).
+  static const int per_sm = [] {
+    const char* e = std::getenv("TANDEM_MOE_PERSISTENT_BLOCKS");
+    return e && e[0] == '1' && e[1] == 0 ? 1 : 2;
+  }();
+  const int grid = std::max(1, std::min(resident, per_sm * std::max(sms, 1)));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
   cfg.blockDim = dim3(k_threads);
@@ -482,8 +493,13 @@ cudaError_t moe_decode_layer_reset(void* work, cudaStream_t stream) {
 
 cudaError_t launch_moe_decode_layer(const moe_decode_layer_args& a, cudaStream_t stream) {
   if (!moe_decode_layer_fits(a)) return cudaErrorInvalidValue;
+  static const bool prefetch = [] {
+    const char* e = std::getenv("TANDEM_MOE_PERSISTENT_PREFETCH");
+    return !(e && e[0] == '0' && e[1] == 0);
+  }();
   dl_params p{};
   p.a = a;
+  p.prefetch = prefetch;
   if (a.next.w) {
     const matvec_qx nq = matvec_x_parts(a.next.work, a.n_embd, 1);
     p.next_qx = nq.q, p.next_ds = nq.ds;

@@ -7,9 +7,10 @@
 # launch-chain and grid-barrier floors (scripts/launch_chain_floor.cu); bench: random Q4_K_M
 # models of PRESETS (default the Qwen3-30B-A3B and Qwen3.5-35B-A3B shapes), the first with
 # ceilings, the rest against them;
-# ab: each preset under each of AB_ENVS (default "TANDEM_MOE_PERSISTENT=1
-# TANDEM_QGEMM_GROUPED_TALL=1", the opt-in paths not yet timed), one variable at a time, with
-# AB_ARGS (default "-p 2048 -n 128 -r 2"), to set beside bench's figures;
+# ab: each preset under each entry of AB_ENVS (variables joined by commas; default the opt-in
+# paths not yet timed: the persistent MoE layer, with and without its L2 prefetch and at one
+# block an SM, and the 32-row-warp grouped GEMM), with AB_ARGS (default "-p 2048 -n 128 -r 1"),
+# to set beside bench's figures;
 # sanitize: compute-sanitizer (memcheck, synccheck) over SANITIZE_TESTS (default the persistent
 # MoE layer's kernel test), big.* left out;
 # profile: where a prefill token of the last preset goes (launch groups, no graphs); decode:
@@ -82,9 +83,10 @@ fi
 if has ab; then
   wait
   for p in $presets; do
-    for v in ${AB_ENVS:-TANDEM_MOE_PERSISTENT=1 TANDEM_QGEMM_GROUPED_TALL=1}; do
+    for v in ${AB_ENVS:-TANDEM_MOE_PERSISTENT=1 TANDEM_MOE_PERSISTENT=1,TANDEM_MOE_PERSISTENT_PREFETCH=0 \
+               TANDEM_MOE_PERSISTENT=1,TANDEM_MOE_PERSISTENT_BLOCKS=1 TANDEM_QGEMM_GROUPED_TALL=1}; do
       echo "$v:"
-      env "$v" "$tm" bench -m "$(model "$p")" ${AB_ARGS:--p 2048 -n 128 -r 2} --no-ceilings 2>&1 |
+      env ${v//,/ } "$tm" bench -m "$(model "$p")" ${AB_ARGS:--p 2048 -n 128 -r 1} --no-ceilings 2>&1 |
         grep -E "^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'
     done
   done
