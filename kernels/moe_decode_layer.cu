@@ -413,10 +413,29 @@ constexpr size_t k_sync_bytes = 16;  // the two grid-sync words, padded
 
 size_t logits_floats(int n_expert) { return (static_cast<size_t>(n_expert) + 1 + 3) / 4 * 4; }
 
-template <class GU, class D>
-cudaError_t launch_typed(const dl_params& p, cudaStream_t stream) {
+// The grid-sync check's kernel (moe_decode_layer_sync_check): rounds of barriers over
+// double-buffered values, then the last-block ticket.
+__global__ void __launch_bounds__(k_threads, 2) grid_sync_check_kernel(int* vals, int* out, int rounds,
+                                                                       unsigned* words) {
+  const int n = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  int sum = 0;
+  for (int r = 0; r < rounds; ++r) {
+    if (threadIdx.x == 0) vals[(r & 1) * n + b] = r * n + b;
+    grid_barrier(words);
+    if (threadIdx.x == 0) sum += __ldcg(vals + (r & 1) * n + (b + 1) % n);
+  }
+  if (threadIdx.x == 0) out[b] = sum;
+  if (grid_last_block(words + 1) && threadIdx.x == 0) atomicAdd(out + n, 1);
+}
+
+// Kernel over the layer's grid (one or two blocks an SM, as many as are resident), cooperative
+// and, on sm_90, a programmatic dependent. Whether a cooperative launch may be a programmatic
+// dependent is not documented either way: where the driver refuses it, launches are plain
+// cooperative ones from then on (the launch gap back, the result the same). grid: the blocks.
+template <auto Kernel, class... A>
+cudaError_t launch_grid(cudaStream_t stream, int& grid, A... args) {
   int resident = 0;
-  const cudaError_t r = resident_blocks<moe_decode_layer_kernel<GU, D>, k_threads>(resident);
+  const cudaError_t r = resident_blocks<Kernel, k_threads>(resident);
   if (r != cudaSuccess) return r;
   const int sms = device_attribute<cudaDevAttrMultiProcessorCount>();
   // Two blocks an SM at most: more blocks add arrivals to every barrier, not bandwidth.
@@ -425,14 +444,11 @@ cudaError_t launch_typed(const dl_params& p, cudaStream_t stream) {
     const char* e = std::getenv("TANDEM_MOE_PERSISTENT_BLOCKS");
     return e && e[0] == '1' && e[1] == 0 ? 1 : 2;
   }();
-  const int grid = std::max(1, std::min(resident, per_sm * std::max(sms, 1)));
+  grid = std::max(1, std::min(resident, per_sm * std::max(sms, 1)));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
   cfg.blockDim = dim3(k_threads);
   cfg.stream = stream;
-  // Whether a cooperative launch as a programmatic dependent is documented is unclear: where the
-  // driver refuses it, the launch is a plain cooperative one from then on (the launch gap back,
-  // the result the same).
   static std::atomic<bool> pdl_refused{false};
   cudaLaunchAttribute attr[2];
   unsigned n = 0;
@@ -444,11 +460,11 @@ cudaError_t launch_typed(const dl_params& p, cudaStream_t stream) {
   }
   cfg.attrs = attr;
   cfg.numAttrs = n;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, moe_decode_layer_kernel<GU, D>, p);
+  cudaError_t e = cudaLaunchKernelEx(&cfg, Kernel, args...);
   if (e != cudaSuccess && n > 1) {
     (void)cudaGetLastError();
     cfg.numAttrs = 1;
-    e = cudaLaunchKernelEx(&cfg, moe_decode_layer_kernel<GU, D>, p);
+    e = cudaLaunchKernelEx(&cfg, Kernel, args...);
     if (e == cudaSuccess) pdl_refused.store(true, std::memory_order_relaxed);
   }
   return e;
@@ -511,8 +527,17 @@ cudaError_t launch_moe_decode_layer(const moe_decode_layer_args& a, cudaStream_t
   p.gu = p.logits + logits_floats(a.n_expert);
   return with_gate_up_type(a.gate_up_type, [&](auto gu) {
     using GU = decltype(gu);
-    return with_down_type(a.down_type, [&](auto d) { return launch_typed<GU, decltype(d)>(p, stream); });
+    return with_down_type(a.down_type, [&](auto d) {
+      int grid = 0;
+      return launch_grid<moe_decode_layer_kernel<GU, decltype(d)>>(stream, grid, p);
+    });
   });
+}
+
+cudaError_t moe_decode_layer_sync_check(int* vals, int* out, int rounds, void* work, int& grid,
+                                        cudaStream_t stream) {
+  if (!vals || !out || !work || rounds < 0) return cudaErrorInvalidValue;
+  return launch_grid<grid_sync_check_kernel>(stream, grid, vals, out, rounds, static_cast<unsigned*>(work));
 }
 
 }  // namespace tandem

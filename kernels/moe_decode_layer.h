@@ -76,4 +76,11 @@ cudaError_t moe_decode_layer_reset(void* work, cudaStream_t stream);
 // follow each other.
 cudaError_t launch_moe_decode_layer(const moe_decode_layer_args& a, cudaStream_t stream);
 
+// Tests only: the layer's grid synchronisation alone, in a launch shaped as the layer's (grid in
+// grid: one or two blocks an SM). Each of `rounds` rounds block b writes r * grid + b into vals
+// (2 * grid ints), passes a grid barrier and adds what block (b + 1) % grid wrote; out[b] = its
+// sum, then the last block to finish adds 1 to out[grid] (grid + 1 ints, out[grid] zero before).
+// work: moe_decode_layer_reset's first 16 bytes (zeroed once).
+cudaError_t moe_decode_layer_sync_check(int* vals, int* out, int rounds, void* work, int& grid, cudaStream_t stream);
+
 }  // namespace tandem

@@ -72,7 +72,7 @@ UNTRACKED = {"moe_hist_kernel", "moe_scan_kernel", "moe_scatter_kernel", "moe_sw
              "store_kv_kernel", "store_kv_q8_0_kernel", "store_kv_q8_0_rows_kernel", "to_f16_kernel", "add_kernel",
              "rope_kernel", "argmax_kernel", "swiglu_kernel", "add_bias_kernel", "get_rows_kernel",
              "rms_norm_kernel", "swiglu_q8_kernel", "rope_table_kernel", "gather_rows_kernel",
-             "rms_norm_q8_kernel", "mma_tile_test_kernel"}
+             "rms_norm_q8_kernel", "mma_tile_test_kernel", "grid_sync_check_kernel"}
 
 
 def family(demangled):

@@ -1,6 +1,7 @@
 // The persistent MoE decode layer (kernels/moe_decode_layer.h) against a CPU reference on random
 // weights: the selection, x += the routed and shared experts' sum, the next norm and its int8
-// copy; a second launch and a CUDA graph replay give the same bits; what it refuses.
+// copy; its grid barriers alone; a second launch and a CUDA graph replay give the same bits; what
+// it refuses.
 // big.moe_decode_layer times it on the Qwen3.5-35B-A3B shape. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
@@ -206,6 +207,31 @@ std::vector<uint32_t> bits(const std::vector<float>& v) {
   std::vector<uint32_t> b(v.size());
   std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
   return b;
+}
+
+// The grid barriers and the last-block ticket alone, in a launch shaped as the layer's: every
+// round's exchange between neighbouring blocks, one last block, and the words left reusable.
+TEST(moe_decode_layer, grid_barriers_exchange_and_one_block_is_last) {
+  REQUIRE_GPU();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  dev<uint8_t> work(size_t(16));
+  ASSERT_EQ(moe_decode_layer_reset(work.p, nullptr), cudaSuccess);
+  for (int rounds : {0, 1, 2, 100})
+    for (int launch = 0; launch < 2; ++launch) {
+      dev<int> vals(size_t(4 * sms)), out(size_t(2 * sms + 1), 0);
+      int grid = 0;
+      ASSERT_EQ(moe_decode_layer_sync_check(vals.p, out.p, rounds, work.p, grid, nullptr), cudaSuccess);
+      const auto o = out.host();
+      ASSERT_GE(grid, 1);
+      ASSERT_LE(grid, 2 * sms);
+      for (int b = 0; b < grid; ++b) {
+        int want = 0;
+        for (int r = 0; r < rounds; ++r) want += r * grid + (b + 1) % grid;
+        ASSERT_EQ(o[b], want) << "rounds " << rounds << " launch " << launch << " block " << b;
+      }
+      EXPECT_EQ(o[grid], 1) << "rounds " << rounds << ": blocks that took themselves for the last";
+    }
 }
 
 TEST(moe_decode_layer, matches_the_reference) {
