@@ -1,8 +1,8 @@
 // The persistent MoE decode layer (kernels/moe_decode_layer.h) against a CPU reference on random
 // weights: the selection, x += the routed and shared experts' sum, the next norm and its int8
 // copy; its grid barriers alone; a second launch and a CUDA graph replay give the same bits; what
-// it refuses.
-// big.moe_decode_layer times it on the Qwen3.5-35B-A3B shape. Skips without a CUDA device.
+// it refuses. big.moe_decode_layer times it and the launch chain it replaces on the
+// Qwen3.5-35B-A3B shape. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,7 +15,9 @@
 
 #include "kernels/layer_ops.h"
 #include "kernels/matvec.h"
+#include "kernels/moe.h"
 #include "kernels/moe_decode_layer.h"
+#include "kernels/moe_route.h"
 #include "quant/quant.h"
 #include "kernel_test_util.h"
 #include "moe_test_util.h"
@@ -361,6 +363,60 @@ TEST(big, moe_decode_layer) {
   const double active = double(k + 1) * double(g1.size() + u1.size() + d1.size()) + double(n_exp + 1) * E * 4;
   std::printf("moe_decode_layer 35B shape: %.2f us a launch, %.1f MB active, %.0f GB/s\n", us, active / 1e6,
               active / us / 1e3);
+
+  // The launch chain it replaces, as the backend runs it (cuda_moe_block.cpp): the norm, router,
+  // routing, gate+up+SwiGLU, down and the combine with the next norm, the shared expert's four
+  // launches on a second stream; the same layer copies.
+  const auto sz = [](int64_t n) { return static_cast<size_t>(n); };
+  dev<float> logits(sz(n_exp)), g(sz(k * F)), u(sz(k * F)), y(sz(k * E)), sgo(sz(F)), suo(sz(F)), ysh(sz(E)),
+      gl(sz(1)), xn2(sz(E));
+  dev<uint8_t> h_work(matvec_work_bytes(F, int(k))), sh_work(matvec_work_bytes(F, 1));
+  cudaStream_t side;
+  cudaEvent_t fork, join;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), cudaSuccess);
+  const auto chain = [&](int i, cudaStream_t s) {
+    const int c = i % copies;
+    const auto* gate = dg.p + size_t(c) * n_exp * g1.size();
+    const auto* up = du.p + size_t(c) * n_exp * u1.size();
+    const auto* down = dd.p + size_t(c) * n_exp * d1.size();
+    const float* rt = router.p + size_t(c) * n_exp * E;
+    const auto step = [&](cudaError_t e) {
+      if (e != cudaSuccess && failed == cudaSuccess) failed = e;
+    };
+    step(launch_rms_norm_q8(x.p, nw.p, xn.p, 1, int(E), k_eps, xw.p, s));
+    step(cudaEventRecord(fork, s));
+    step(cudaStreamWaitEvent(side, fork, 0));
+    const matvec_job sgu[2] = {{ggml_type::q4_k, sg.p, F, sgo.p}, {ggml_type::q4_k, su.p, F, suo.p}};
+    step(launch_matvec_jobs(E, sgu, 2, xn.p, true, 1, false, xw.p, side));
+    step(launch_moe_swiglu_q8(sgo.p, suo.p, sgo.p, 1, int(F), sh_work.p, side));
+    const matvec_job sdj[1] = {{ggml_type::q6_k, sd.p, E, ysh.p}};
+    step(launch_matvec_jobs(F, sdj, 1, sgo.p, true, 1, false, sh_work.p, side));
+    step(launch_matvec(ggml_type::f32, row.p, E, 1, xn.p, 1, gl.p, nullptr, side));
+    step(cudaEventRecord(join, side));
+    step(launch_matvec(ggml_type::f32, rt, E, n_exp, xn.p, 1, logits.p, nullptr, s));
+    step(launch_moe_route(logits.p, 1, int(n_exp), int(k), false, ids.p, w.p, s));
+    const moe_matvec_output gu[2] = {{gate, g.p}, {up, u.p}};
+    step(launch_moe_matvec_swiglu(ggml_type::q4_k, gu, g1.size(), int(n_exp), E, F, xw.p, 1, int(k), ids.p,
+                                  h_work.p, s));
+    const moe_matvec_output dn[1] = {{down, y.p}};
+    step(launch_moe_matvec_multi(ggml_type::q6_k, dn, 1, d1.size(), int(n_exp), F, E, g.p, F, true, 1, int(k), ids.p,
+                                 h_work.p, s));
+    step(cudaStreamWaitEvent(s, join, 0));
+    moe_shared_term sh;
+    sh.y = ysh.p, sh.gate_logits = gl.p;
+    moe_next_norm nn;
+    nn.w = nw.p, nn.eps = k_eps, nn.xn = xn2.p, nn.work = xw.p;
+    step(launch_moe_combine_norm(y.p, w.p, 1, int(k), E, x.p, true, s, &sh, nn));
+  };
+  const double chain_us = test::time_us(chain, true);
+  ASSERT_EQ(failed, cudaSuccess) << cudaGetErrorString(failed);
+  std::printf("moe_decode_layer 35B shape: the launch chain %.2f us (%.2fx the persistent layer's time)\n", chain_us,
+              chain_us / us);
+  cudaEventDestroy(fork);
+  cudaEventDestroy(join);
+  cudaStreamDestroy(side);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
