@@ -16,6 +16,10 @@ __device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
   return v;
 }
 
+// A barrier still waiting after this many clock cycles (seconds) means blocks that will never
+// arrive (not all resident, or a bug): the kernel traps, an error instead of a hung device.
+constexpr long long k_grid_barrier_timeout_cycles = 1ll << 34;
+
 // Every block of the grid waits here until all have arrived; writes before it (any thread of
 // any block) are visible after it to reads that do not take the read-only path (__ldcg or plain
 // loads, not __ldg). *word: one per kernel that uses it, zero before its first launch; each
@@ -30,7 +34,9 @@ __device__ __forceinline__ void grid_barrier(unsigned* word) {
     const unsigned add = blockIdx.x == 0 ? 0x80000000u - (n - 1) : 1u;
     __threadfence();
     const unsigned old = atomicAdd(word, add);
+    const long long t0 = clock64();
     while (((old ^ ld_acquire_gpu(word)) & 0x80000000u) == 0u) {
+      if (clock64() - t0 > k_grid_barrier_timeout_cycles) __trap();
     }
     __threadfence();
   }
