@@ -150,7 +150,8 @@ INSTANTIATE_TEST_SUITE_P(all, cuda_vs_cpu_moe,
 
 // TANDEM_MOE_PERSISTENT=1: one-token decode steps take the persistent MoE layer (its h as floats,
 // where the launch chain reads h's int8 copy), within the chain's tolerance of the CPU (3e-2, the
-// int8 copy of x); its logits differ from the chain's, which shows that the other path ran.
+// int8 copy of x); its logits differ from the chain's, which shows that the other path ran, and
+// its steps replay from CUDA graphs.
 TEST(cuda_moe, persistent_decode_layer_matches_cpu) {
   REQUIRE_GPU();
   for (const std::string arch : {"qwen3moe", "qwen35moe"}) {
@@ -178,6 +179,9 @@ TEST(cuda_moe, persistent_decode_layer_matches_cpu) {
       differ = differ || lp != lc;
     }
     EXPECT_TRUE(differ) << arch << ": the persistent layer did not run (the same bits as the chain)";
+    // Decode steps replay from CUDA graphs: a capture the cooperative launch broke would run
+    // every step eagerly instead, slower and without a word.
+    EXPECT_GT(f.gpu->graph_replays(), 5u) << arch << ": decode steps with the persistent layer were not replayed";
   }
 }
 
