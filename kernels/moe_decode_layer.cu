@@ -240,9 +240,8 @@ __device__ __forceinline__ void route_block(const dl_params& p, int* ids, float*
   if (lane == 0) *gate = a.n_ff_shexp > 0 ? 1.f / (1.f + expf(-__ldcg(lg + a.n_expert))) : 0.f;
 }
 
-// This layer's FFN norm in every block, into shared memory: xn (n_embd floats), then its int8
-// copy (n_embd bytes) and the copy's scales, as launch_rms_norm_q8's wide rows make them (the same
-// norm::wide_tail, so the same bits). wv: the norm's weights, loaded before the wait.
+// Where every block keeps this layer's FFN norm in shared memory: xn (n_embd floats), then its
+// int8 copy (n_embd bytes) and the copy's scales.
 struct shared_xn {
   float* xf;
   int8_t* q;
@@ -262,34 +261,27 @@ __device__ __forceinline__ void load_norm_weights(const float* w, int n4, float4
   }
 }
 
-__device__ __forceinline__ void ffn_norm(const moe_decode_layer_args& a, const float4 (&wv)[norm::k_chunks],
-                                         const shared_xn& xs, float* red) {
-  const int n4 = static_cast<int>(a.n_embd / 4);
-  const auto* x4 = reinterpret_cast<const float4*>(a.x);
+// RMSNorm(x) * w of the residual x (read from L2: the previous kernel or other blocks wrote it):
+// out and its int8 copy (q, ds) through norm::wide_tail, as launch_rms_norm_q8's wide rows.
+__device__ __forceinline__ void norm_x(const float* x, const float4 (&wv)[norm::k_chunks], int n, float eps,
+                                       float* out, int8_t* q, float2* ds, float* red) {
+  const int n4 = n / 4;
+  const auto* x4 = reinterpret_cast<const float4*>(x);
   float4 v[norm::k_chunks];
-#pragma unroll
-  for (int k = 0; k < norm::k_chunks; ++k) {
-    const int c = k * k_threads + static_cast<int>(threadIdx.x);
-    v[k] = c < n4 ? x4[c] : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-  norm::wide_tail<true>(v, wv, static_cast<int>(a.n_embd), a.eps, xs.xf, xs.q, xs.ds, red);
-  __syncthreads();
-}
-
-// The next layer's input norm, in the last block to finish: x (all of it, from every block)
-// through norm::wide_tail, as launch_rms_norm_q8's wide rows.
-__device__ __forceinline__ void next_norm(const dl_params& p, float* red) {
-  const moe_decode_layer_args& a = p.a;
-  const int n4 = static_cast<int>(a.n_embd / 4);
-  const auto* x4 = reinterpret_cast<const float4*>(a.x);
-  float4 v[norm::k_chunks], wv[norm::k_chunks];
-  load_norm_weights(a.next.w, n4, wv);
 #pragma unroll
   for (int k = 0; k < norm::k_chunks; ++k) {
     const int c = k * k_threads + static_cast<int>(threadIdx.x);
     v[k] = c < n4 ? __ldcg(x4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  norm::wide_tail<true>(v, wv, static_cast<int>(a.n_embd), a.next.eps, a.next.xn, p.next_qx, p.next_ds, red);
+  norm::wide_tail<true>(v, wv, n, eps, out, q, ds, red);
+}
+
+// The next layer's input norm, in the last block to finish: x (all of it, from every block).
+__device__ __forceinline__ void next_norm(const dl_params& p, float* red) {
+  const moe_decode_layer_args& a = p.a;
+  float4 wv[norm::k_chunks];
+  load_norm_weights(a.next.w, static_cast<int>(a.n_embd / 4), wv);
+  norm_x(a.x, wv, static_cast<int>(a.n_embd), a.next.eps, a.next.xn, p.next_qx, p.next_ds, red);
 }
 
 // GU: the int8-x mat-vec pieces of gate/up (matvec_types.cuh); D: the float-x pieces of down
@@ -332,7 +324,8 @@ __global__ void __launch_bounds__(k_threads, 2) moe_decode_layer_kernel(dl_param
       for (int64_t o = gw; o < E; o += nw) warp_prefetch(sd + o * rbs, rbs);
   }
   pdl_wait();
-  ffn_norm(a, wv, xs, red);
+  norm_x(a.x, wv, static_cast<int>(E), a.eps, xs.xf, xs.q, xs.ds, red);
+  __syncthreads();
   for (int i = gw; i < n_logits; i += nw) {
     const float v = float_row_dot(router_row(i), xs.xf, static_cast<int>(E / 4));
     if (threadIdx.x % 32 == 0) p.logits[i] = v;
