@@ -17,11 +17,7 @@ struct fx32 {
   float4 v[8];
 };
 
-// x's floats: through the read-only path for x_view, plainly for x_view_plain (matvec_types.cuh).
-template <class V>
-__device__ __forceinline__ float4 ldxf(const V& xs, const float* p) {
-  return ldx(xs, reinterpret_cast<const float4*>(p));
-}
+__device__ __forceinline__ float4 ldxf(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 
 // Byte i of w as a float, exactly, through the float 2^23 + byte: one byte permute and one add
 // (an int-to-float conversion runs at a quarter of the float rate). `bias` is subtracted too
@@ -100,10 +96,9 @@ struct fx_quarters : Q {
     w.d = d, w.m = m;
     return w;
   }
-  template <class V>
-  static __device__ __forceinline__ xpiece load_x(const V& xs, int t, int b, int k) {
+  static __device__ __forceinline__ xpiece load_x(const x_view& xs, int t, int b, int k) {
     const float* p = xs.xf + t * xs.n_in + 32 * static_cast<int64_t>(b) + 8 * k;
-    return {ldxf(xs, p), ldxf(xs, p + 4)};
+    return {ldxf(p), ldxf(p + 4)};
   }
   static __device__ __forceinline__ float dot(const dec& w, const xpiece& x) {
     const float s = dot4(w.w + 4, x.b, dot4(w.w, x.a, 0.f));
@@ -136,13 +131,12 @@ struct fx_k45 : Q {
     w.a = q.d0, w.b = q.d1, w.c = q.m0, w.e = q.m1;
     return w;
   }
-  template <class V>
-  static __device__ __forceinline__ xpiece load_x(const V& xs, int t, int b, int k) {
+  static __device__ __forceinline__ xpiece load_x(const x_view& xs, int t, int b, int k) {
     const int g = k >> 1, j = k & 1;
     const float* p = xs.xf + t * xs.n_in + 256 * static_cast<int64_t>(b) + 64 * g + 16 * j;
     fx32 r;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) r.v[i] = ldxf(xs, p + 4 * i), r.v[4 + i] = ldxf(xs, p + 32 + 4 * i);
+    for (int i = 0; i < 4; ++i) r.v[i] = ldxf(p + 4 * i), r.v[4 + i] = ldxf(p + 32 + 4 * i);
     return r;
   }
   static __device__ __forceinline__ float dot(const dec& w, const xpiece& x) {
@@ -177,13 +171,12 @@ struct fx<mq_q6_k> : mq_q6_k {
     w.a = q.d[0], w.b = q.d[1], w.c = q.d[2], w.e = q.d[3];
     return w;
   }
-  template <class V>
-  static __device__ __forceinline__ xpiece load_x(const V& xs, int t, int b, int k) {
+  static __device__ __forceinline__ xpiece load_x(const x_view& xs, int t, int b, int k) {
     const int h = k >> 2, c = k & 3;
     const float* p = xs.xf + t * xs.n_in + 256 * static_cast<int64_t>(b) + 128 * h + 8 * c;
     fx32 r;
 #pragma unroll
-    for (int q = 0; q < 4; ++q) r.v[2 * q] = ldxf(xs, p + 32 * q), r.v[2 * q + 1] = ldxf(xs, p + 32 * q + 4);
+    for (int q = 0; q < 4; ++q) r.v[2 * q] = ldxf(p + 32 * q), r.v[2 * q + 1] = ldxf(p + 32 * q + 4);
     return r;
   }
   static __device__ __forceinline__ float dot(const dec& w, const xpiece& x) {

@@ -30,22 +30,6 @@ struct x_view {
   const float2* ds;
   int64_t n_in;
 };
-// The same x where the kernel reads it plainly: in shared memory, or written by the same launch.
-// Every load_x takes either view; x_view's loads take the read-only path.
-struct x_view_plain {
-  const float* xf;
-  const int8_t* qx;
-  const float2* ds;
-  int64_t n_in;
-};
-template <class T>
-__device__ __forceinline__ T ldx(const x_view&, const T* p) {
-  return __ldg(p);
-}
-template <class T>
-__device__ __forceinline__ T ldx(const x_view_plain&, const T* p) {
-  return *p;
-}
 
 __device__ __forceinline__ float half_bits(uint32_t bits) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
@@ -73,10 +57,7 @@ struct qx32 {
   float2 ds0, ds1;
 };
 
-template <class V>
-__device__ __forceinline__ int4 ldx16(const V& xs, const int8_t* p) {
-  return ldx(xs, reinterpret_cast<const int4*>(p));
-}
+__device__ __forceinline__ int4 ldx16(const int8_t* p) { return __ldg(reinterpret_cast<const int4*>(p)); }
 
 __device__ __forceinline__ int dot16(const uint32_t (&q)[4], const int4& x, int acc) {
   acc = dp4a(q[0], x.x, acc);
@@ -93,13 +74,12 @@ __device__ __forceinline__ void split_nibbles(const uint32_t (&q)[4], uint32_t (
 }
 
 // Small blocks: the piece is the whole block (32 weights); x block b.
-template <class V>
-__device__ __forceinline__ qx32 load_x_small(const V& xs, int t, int b) {
+__device__ __forceinline__ qx32 load_x_small(const x_view& xs, int t, int b) {
   const int8_t* q = xs.qx + t * xs.n_in + 32 * static_cast<int64_t>(b);
   qx32 r;
-  r.a = ldx16(xs, q);
-  r.b = ldx16(xs, q + 16);
-  r.ds0 = ldx(xs, xs.ds + t * (xs.n_in / 32) + b);
+  r.a = ldx16(q);
+  r.b = ldx16(q + 16);
+  r.ds0 = __ldg(xs.ds + t * (xs.n_in / 32) + b);
   return r;
 }
 
@@ -193,8 +173,7 @@ struct small_type {
   using dec = small_dec;
   using xpiece = qx32;
   static __device__ __forceinline__ dec decode(const raw& r, int) { return decode_small<Bias, Min, Five>(r); }
-  template <class V>
-  static __device__ __forceinline__ xpiece load_x(const V& xs, int t, int b, int) {
+  static __device__ __forceinline__ xpiece load_x(const x_view& xs, int t, int b, int) {
     return load_x_small(xs, t, b);
   }
   static __device__ __forceinline__ float dot(const dec& w, const xpiece& x) {
@@ -277,8 +256,7 @@ struct mq_q8_0 {
     w.d = half_bits(o[0] & 0xffffu);
     return w;
   }
-  template <class V>
-  static __device__ __forceinline__ xpiece load_x(const V& xs, int t, int b, int) {
+  static __device__ __forceinline__ xpiece load_x(const x_view& xs, int t, int b, int) {
     return load_x_small(xs, t, b);
   }
   static __device__ __forceinline__ float dot(const dec& w, const xpiece& x) {
@@ -348,13 +326,12 @@ struct k45_type {
     return w;
   }
   // x: 16 bytes of each of the two sub-blocks and their scales.
-  template <class V>
-  static __device__ __forceinline__ xpiece load_x(const V& xs, int t, int b, int k) {
+  static __device__ __forceinline__ xpiece load_x(const x_view& xs, int t, int b, int k) {
     const int g = k >> 1, j = k & 1;
     const int8_t* q = xs.qx + t * xs.n_in + 256 * static_cast<int64_t>(b) + 64 * g + 16 * j;
     const float2* sp = xs.ds + t * (xs.n_in / 32) + 8 * static_cast<int64_t>(b) + 2 * g;
-    const float4 s = ldx(xs, reinterpret_cast<const float4*>(sp));
-    return {ldx16(xs, q), ldx16(xs, q + 32), make_float2(s.x, s.y), make_float2(s.z, s.w)};
+    const float4 s = __ldg(reinterpret_cast<const float4*>(sp));
+    return {ldx16(q), ldx16(q + 32), make_float2(s.x, s.y), make_float2(s.z, s.w)};
   }
   // Each sub-block's min term is split evenly over its two pieces (half of d_x * sum q_x each).
   static __device__ __forceinline__ float dot(const dec& w, const xpiece& x) {
@@ -413,13 +390,12 @@ struct mq_q4_k {
     w.d1 *= 1.f / 16.f;
     return w;
   }
-  template <class V>
-  static __device__ __forceinline__ xpiece load_x(const V& xs, int t, int b, int k) {
+  static __device__ __forceinline__ xpiece load_x(const x_view& xs, int t, int b, int k) {
     const int8_t* q = xs.qx + t * xs.n_in + 256 * static_cast<int64_t>(b) + 64 * k;
     xpiece r;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) r.a[i] = ldx16(xs, q + 16 * i);
-    r.ds = ldx(xs, reinterpret_cast<const float4*>(xs.ds + t * (xs.n_in / 32) + 8 * static_cast<int64_t>(b) + 2 * k));
+    for (int i = 0; i < 4; ++i) r.a[i] = ldx16(q + 16 * i);
+    r.ds = __ldg(reinterpret_cast<const float4*>(xs.ds + t * (xs.n_in / 32) + 8 * static_cast<int64_t>(b) + 2 * k));
     return r;
   }
   static __device__ __forceinline__ float dot(const dec& w, const xpiece& x) {
@@ -515,16 +491,15 @@ struct mq_q6_k {
     }
     return w;
   }
-  template <class V>
-  static __device__ __forceinline__ xpiece load_x(const V& xs, int t, int b, int k) {
+  static __device__ __forceinline__ xpiece load_x(const x_view& xs, int t, int b, int k) {
     const int h = k >> 2, c = k & 3;
     const int8_t* q = xs.qx + t * xs.n_in + 256 * static_cast<int64_t>(b) + 128 * h + 8 * c;
     const auto* s =
         reinterpret_cast<const float4*>(xs.ds + t * (xs.n_in / 32) + 8 * static_cast<int64_t>(b) + 4 * h);
-    const float4 s01 = ldx(xs, s), s23 = ldx(xs, s + 1);
+    const float4 s01 = __ldg(s), s23 = __ldg(s + 1);
     xpiece r;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) r.a[i] = ldx(xs, reinterpret_cast<const int2*>(q + 32 * i));
+    for (int i = 0; i < 4; ++i) r.a[i] = __ldg(reinterpret_cast<const int2*>(q + 32 * i));
     r.dx[0] = s01.x, r.dx[1] = s01.z, r.dx[2] = s23.x, r.dx[3] = s23.z;
     return r;
   }

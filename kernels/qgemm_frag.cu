@@ -462,8 +462,6 @@ __global__ void __launch_bounds__(frag_geom<typename D::type, 8, 8>::threads, fr
 #endif
 }
 
-#include "kernels/qgemm_frag_tall.cuh"
-
 // Short K (n_in <= 1024; launch_grouped_items). A one-tile block above copies its two stages,
 // multiplies, stores and exits, and at one Q6_K block an SM (224 registers, 127 KiB) nothing
 // covers the copies' latency nor the prologue's (the expert's search, the rows): 465 us for
@@ -697,29 +695,9 @@ cudaError_t launch_grouped_items(const qgemm_frag_grouped_args& a, int items, cu
 // leaves as many blocks an SM as the one-tile kernel is built for: Q4_K at 768 inputs (x resident,
 // 136 KiB) would be one block an SM against two, and took Qwen3-30B's down projection from 360
 // to 418 us on an H200; Q6_K is one block an SM either way.
-// The fused SwiGLU with 32-row warps (qgemm_frag_tall.cuh), where the device has its shared memory,
-// when TANDEM_QGEMM_GROUPED_TALL=1 (read at every launch, so that one run can test and time both).
-// Same bits either way. Opt-in until it has been timed on a GPU (written 2026-12-05 without one).
-template <class D>
-cudaError_t launch_grouped_tall(const qgemm_frag_grouped_args& a, cudaStream_t s) {
-  using G = tall_geom<typename D::type>;
-  constexpr auto kernel = qgemm_frag_grouped_tall_kernel<D>;
-  const cudaError_t e = allow_dynamic_smem_once<kernel>(G::smem);
-  if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>((a.n_out + G::BN / 2 - 1) / (G::BN / 2)), a.row_tiles);
-  return launch_pdl_shared(kernel, grid, dim3(G::threads), G::smem, s, a);
-}
-
-template <class D>
-bool swiglu_tall() {
-  const char* e = std::getenv("TANDEM_QGEMM_GROUPED_TALL");
-  const bool on = e && e[0] == '1' && e[1] == 0;
-  return on && tall_geom<typename D::type>::smem <= kernel_smem_optin();
-}
-
 template <class D>
 cudaError_t launch_grouped_type(const qgemm_frag_grouped_args& a, cudaStream_t s) {
-  if (a.swiglu) return swiglu_tall<D>() ? launch_grouped_tall<D>(a, s) : launch_grouped<D, true>(a, s);
+  if (a.swiglu) return launch_grouped<D, true>(a, s);
   using I = items_geom<D>;
   const int64_t nkb = a.n_in / KB;
   const int per_sm = device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>();

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Occupancy guard for the decode kernels (and prefill attention's): compiles kernels/matvec.cu, layer_ops.cu,
-attention.cu, attention_deep.cu, delta_net.cu, delta_net_chunked.cu, moe.cu, moe_matvec.cu, moe_decode_layer.cu, moe_route.cu, moe_gemm.cu, qgemm.cu, qgemm_frag.cu and flash_attention_mma.cu
+attention.cu, attention_deep.cu, delta_net.cu, delta_net_chunked.cu, moe.cu, moe_matvec.cu, moe_route.cu, moe_gemm.cu, qgemm.cu, qgemm_frag.cu and flash_attention_mma.cu
 for sm_90 with ptxas's resource report and fails if any kernel now fits fewer blocks per SM than
 tests/kernels/occupancy_budget.txt records, or keeps more of its locals in a stack frame (local memory: a
 register array indexed by a loop variable lands there, and the grouped decode kernel lost ~25% of its
@@ -24,7 +24,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUDGET = os.path.join(ROOT, "tests", "kernels", "occupancy_budget.txt")
 SOURCES = ["kernels/matvec.cu", "kernels/layer_ops.cu", "kernels/attention.cu", "kernels/attention_deep.cu",
-           "kernels/delta_net.cu", "kernels/delta_net_chunked.cu", "kernels/moe.cu", "kernels/moe_matvec.cu", "kernels/moe_decode_layer.cu", "kernels/moe_route.cu", "kernels/moe_gemm.cu", "kernels/qgemm.cu", "kernels/qgemm_frag.cu",
+           "kernels/delta_net.cu", "kernels/delta_net_chunked.cu", "kernels/moe.cu", "kernels/moe_matvec.cu", "kernels/moe_route.cu", "kernels/moe_gemm.cu", "kernels/qgemm.cu", "kernels/qgemm_frag.cu",
            "kernels/flash_attention_mma.cu"]
 REGS_PER_SM, MAX_BLOCKS, WARP_ALLOC = 65536, 32, 256  # sm_90
 
@@ -46,8 +46,7 @@ THREADS = {"matvec_kernel": None, "rms_norm_wide_kernel": 256, "paged_attention_
            "qgemm_frag_grouped_kernel": 256, "qgemm_frag_grouped_tall_kernel": 256,
            "dn_chunk_prep_kernel": 256, "dn_chunk_prep_mma_kernel": 256,
            "dn_chunk_state_kernel": 128, "dn_rule_decode_kernel": 256, "moe_combine_norm_kernel": 256,
-           "dn_chunk_state_mma_kernel": 256, "moe_matvec_swiglu_kernel": None,
-           "moe_decode_layer_kernel": 256}
+           "dn_chunk_state_mma_kernel": 256, "moe_matvec_swiglu_kernel": None}
 
 
 def threads_of(key):
@@ -72,7 +71,7 @@ UNTRACKED = {"moe_hist_kernel", "moe_scan_kernel", "moe_scatter_kernel", "moe_sw
              "store_kv_kernel", "store_kv_q8_0_kernel", "store_kv_q8_0_rows_kernel", "to_f16_kernel", "add_kernel",
              "rope_kernel", "argmax_kernel", "swiglu_kernel", "add_bias_kernel", "get_rows_kernel",
              "rms_norm_kernel", "swiglu_q8_kernel", "rope_table_kernel", "gather_rows_kernel",
-             "rms_norm_q8_kernel", "mma_tile_test_kernel", "grid_sync_check_kernel"}
+             "rms_norm_q8_kernel", "mma_tile_test_kernel"}
 
 
 def family(demangled):

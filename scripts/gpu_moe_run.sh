@@ -2,21 +2,18 @@
 # On the GPU machine, in one call: build for sm_90, then the mixture-of-experts checks and figures
 # of docs/PERFORMANCE.md ("Mixture of experts"). Steps (env STEPS, default "build test kernels
 # bench"): build; test: every CTest test labelled gpu but the big.* timings; kernels: the MoE
-# kernels' timing tests (kernels_moe_test, kernels_moe_matvec_test and
-# kernels_moe_decode_layer_test big.*), the router's and 2048-wide head's mat-vecs, and the
-# launch-chain and grid-barrier floors (scripts/launch_chain_floor.cu); bench: random Q4_K_M
+# kernels' timing tests (kernels_moe_test and kernels_moe_matvec_test big.*), the router's and
+# 2048-wide head's mat-vecs, and the launch-chain floor (scripts/launch_chain_floor.cu); bench: random Q4_K_M
 # models of PRESETS (default the Qwen3-30B-A3B and Qwen3.5-35B-A3B shapes), the first with
 # ceilings, the rest against them;
-# ab: each preset under each entry of AB_ENVS (variables joined by commas; default the opt-in
-# paths not yet timed: the persistent MoE layer, with and without its L2 prefetch and at one
-# block an SM, and the 32-row-warp grouped GEMM), with AB_ARGS (default "-p 2048 -n 128 -r 1"),
-# to set beside bench's figures;
-# sanitize: compute-sanitizer (memcheck, synccheck) over SANITIZE_TESTS (default the persistent
-# MoE layer's kernel test), big.* left out;
+# ab: each preset under each entry of AB_ENVS (variables joined by commas; default
+# "TANDEM_CUDA_FUSED_SWIGLU=0 TANDEM_MOE_SWIGLU_ANY_WAVES=1 TANDEM_CUDA_SIDE_STREAM=0"), with
+# AB_ARGS (default "-p 0 -n 128 -r 2"), to set beside bench's figures;
+# sanitize: compute-sanitizer (memcheck, synccheck) over the kernel tests SANITIZE_TESTS (default
+# kernels_moe_matvec_test kernels_moe_route_test), big.* left out;
 # profile: where a prefill token of the last preset goes (launch groups, no graphs); decode:
 # where a decode token of each preset goes, kernel by kernel (ncu on a 4-layer copy, graphs off;
-# scripts/ncu_last_token.py), by default and under each of DECODE_ENVS (default
-# TANDEM_MOE_PERSISTENT=1).
+# scripts/ncu_last_token.py), by default and under each of DECODE_ENVS (default none).
 # Usage (repo root, .devdeps/ alongside): bash scripts/gpu_moe_run.sh
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -48,7 +45,7 @@ if has test; then
 fi
 if has sanitize; then
   san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  for t in ${SANITIZE_TESTS:-kernels_moe_decode_layer_test}; do
+  for t in ${SANITIZE_TESTS:-kernels_moe_matvec_test kernels_moe_route_test}; do
     for tool in memcheck synccheck; do
       timeout 300 "$san" --tool "$tool" --error-exitcode 1 "$build/tests/kernels/$t" --gtest_filter='-big.*' \
         >"$out/sanitizer-$tool-$t.log" 2>&1
@@ -60,8 +57,7 @@ fi
 if has kernels; then
   "$build/tests/kernels/kernels_moe_test" --gtest_filter='big.*' 2>&1 | grep -E "moe |dense|FAILED" | head -40
   "$build/tests/kernels/kernels_moe_matvec_test" --gtest_filter='big.*' 2>&1 | grep -E "moe |dense|FAILED" | head -20
-  "$build/tests/kernels/kernels_moe_decode_layer_test" --gtest_filter='big.*' 2>&1 | grep -E "moe_decode_layer|FAILED"
-  nvcc -std=c++17 -arch=sm_90 -I. -o "$out/chain" scripts/launch_chain_floor.cu && "$out/chain" | grep -E "132 blocks|barrier"
+  nvcc -std=c++17 -arch=sm_90 -I. -o "$out/chain" scripts/launch_chain_floor.cu && "$out/chain" | grep -E "132 blocks"
   "$build/tests/kernels/kernels_matvec_test" --gtest_filter='big.router_bandwidth:big.head_bandwidth' 2>&1 |
     grep -E "^router|^head Q6_K +248320|FAILED" | head -20
   echo "kernel timings done at $SECONDS s"
@@ -83,10 +79,9 @@ fi
 if has ab; then
   wait
   for p in $presets; do
-    for v in ${AB_ENVS:-TANDEM_MOE_PERSISTENT=1 TANDEM_MOE_PERSISTENT=1,TANDEM_MOE_PERSISTENT_PREFETCH=0 \
-               TANDEM_MOE_PERSISTENT=1,TANDEM_MOE_PERSISTENT_BLOCKS=1 TANDEM_QGEMM_GROUPED_TALL=1}; do
+    for v in ${AB_ENVS:-TANDEM_CUDA_FUSED_SWIGLU=0 TANDEM_MOE_SWIGLU_ANY_WAVES=1 TANDEM_CUDA_SIDE_STREAM=0}; do
       echo "$v:"
-      env ${v//,/ } "$tm" bench -m "$(model "$p")" ${AB_ARGS:--p 2048 -n 128 -r 1} --no-ceilings 2>&1 |
+      env ${v//,/ } "$tm" bench -m "$(model "$p")" ${AB_ARGS:--p 0 -n 128 -r 2} --no-ceilings 2>&1 |
         grep -E "^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'
     done
   done
@@ -95,7 +90,7 @@ if has decode; then
   for p in $presets; do
     m=/tmp/moe-l4-$p.gguf
     [[ -f $m ]] || "$tm" make --preset "$p" --type Q4_K_M --n-layer 4 --row-pool 64 -o "$m" -q
-    for v in TANDEM_CUDA_GRAPHS=0 ${DECODE_ENVS-TANDEM_MOE_PERSISTENT=1}; do  # the default, then each variant
+    for v in TANDEM_CUDA_GRAPHS=0 ${DECODE_ENVS:-}; do  # the default, then each variant
       tag=$p${v#TANDEM_CUDA_GRAPHS=0}
       env TANDEM_CUDA_GRAPHS=0 "$v" timeout 200 ncu --metrics gpu__time_duration.sum --clock-control none --csv \
         --print-units base "$tm" bench -m "$m" -p 1 -n 4 -r 1 --no-ceilings >"$out/ncu-$tag.csv" 2>"$out/ncu-$tag.err"

@@ -483,14 +483,7 @@ TEST(moe, grouped_gemm_swiglu_is_gemm_then_swiglu) {
       {ggml_type::q5_k, 20, 3, 5, 256, 48, mr::by_pair, mr::grouped, 0, 2},
       {ggml_type::f16, 33, 2, 4, 256, 72, mr::by_token, mr::grouped, 2, 2},
   };
-  // Q4_K and Q6_K twice on devices with the shared memory of the 32-row warps (H100, H200): with
-  // the 16-row ones (the default), then with them (TANDEM_QGEMM_GROUPED_TALL=1, read at each launch).
-  for (const char* tall : {"", "1"}) {
-    SCOPED_TRACE(std::string("TANDEM_QGEMM_GROUPED_TALL=") + tall);
-    ASSERT_EQ(setenv("TANDEM_QGEMM_GROUPED_TALL", tall, 1), 0);
-    for (const auto& c : cases) check_gemm_swiglu(c);
-  }
-  unsetenv("TANDEM_QGEMM_GROUPED_TALL");
+  for (const auto& c : cases) check_gemm_swiglu(c);
 }
 
 TEST(moe, grouped_gemm_swiglu_rejects_bad_arguments) {
@@ -561,22 +554,16 @@ TEST(big, moe_prefill_tflops) {
                     moe_rows::grouped, n_tok, k, offsets.p, perm.p, tiles.p, work.p, s);
     launch_swiglu(yg.p, yu.p, yg.p, int64_t(n_tok) * k * n_ff, s);
   }, true);
-  const auto fused = [&](const char* tall) {  // TANDEM_QGEMM_GROUPED_TALL: "" the default, "1" 32-row warps
-    setenv("TANDEM_QGEMM_GROUPED_TALL", tall, 1);
-    const double us = time_us([&](int, cudaStream_t s) {
-      const moe_matvec_output o[2] = {{dg.p, yg.p}, {du.p, yu.p}};
-      launch_moe_gemm_swiglu(ggml_type::q4_k, o, rb_up * n_ff, n_expert, n_embd, n_ff, x.p, moe_rows::by_token,
-                             moe_rows::grouped, n_tok, k, offsets.p, perm.p, tiles.p, work.p, s);
-    }, true);
-    unsetenv("TANDEM_QGEMM_GROUPED_TALL");
-    return us;
-  };
-  const double us_fused = fused(""), us_fused32 = fused("1");
+  const double us_fused = time_us([&](int, cudaStream_t s) {
+    const moe_matvec_output o[2] = {{dg.p, yg.p}, {du.p, yu.p}};
+    launch_moe_gemm_swiglu(ggml_type::q4_k, o, rb_up * n_ff, n_expert, n_embd, n_ff, x.p, moe_rows::by_token,
+                           moe_rows::grouped, n_tok, k, offsets.p, perm.p, tiles.p, work.p, s);
+  }, true);
   const double flops = 2.0 * n_tok * k * n_embd * n_ff;
   std::printf("moe prefill q4_k 2048 tok: gate+up %.0f us (%.1f TFLOPS), down %.0f us (%.1f TFLOPS)\n", us_up,
               2 * flops / us_up / 1e6, us_dn, flops / us_dn / 1e6);
-  std::printf("moe prefill q4_k 2048 tok: gate+up+swiglu %.0f us unfused, %.0f us fused (%.1f TFLOPS; 32-row warps "
-              "%.0f us)\n", us_up_sw, us_fused, 2 * flops / us_fused / 1e6, us_fused32);
+  std::printf("moe prefill q4_k 2048 tok: gate+up+swiglu %.0f us unfused, %.0f us fused (%.1f TFLOPS)\n", us_up_sw,
+              us_fused, 2 * flops / us_fused / 1e6);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
 }
 

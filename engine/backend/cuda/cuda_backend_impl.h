@@ -21,7 +21,6 @@
 #include "backend/cuda/cuda_stage.h"
 #include "backend/cuda/cuda_weights.h"
 #include "kernels/cuda_check.h"
-#include "kernels/moe_decode_layer.h"
 
 namespace tandem {
 
@@ -133,7 +132,6 @@ class cuda_backend final : public cuda_stage {
   status moe_shared_expert(const device_layer& L, const float* xn, int n_tok, bool x_quantized, bool xn_f16,
                            moe_shared_term& sh);
   status moe_shared_expert_decode(const device_layer& L, const float* xn, int n_tok, bool side, moe_shared_term& sh);
-  bool moe_layer_args(uint32_t il, int n_tok, moe_decode_layer_args& a) const;
 
   model_desc desc_;
   std::unique_ptr<cuda_context> ctx_;
@@ -170,10 +168,6 @@ class cuda_backend final : public cuda_stage {
   device_buffer shexp_logit_;  // decode's shared expert: its float32 gate's logit a token
   bool side_stream_ = true;   // TANDEM_CUDA_SIDE_STREAM=0: decode on the main stream alone
   bool fused_swiglu_ = true;  // TANDEM_CUDA_FUSED_SWIGLU=0: decode's expert SwiGLU as its own launch
-  // TANDEM_MOE_PERSISTENT=1: one token's MoE half as one persistent launch (kernels/moe_decode_layer.h)
-  // where it fits; moe_layer_work_ is its scratch.
-  bool moe_persistent_ = false;
-  device_buffer moe_layer_work_;
   // The layer whose input norm the previous layer's combine wrote (-1: none this step).
   int64_t norm_folded_ = -1;
   bool next_norm_foldable(uint32_t il, int n_tok, moe_next_norm& nn) const;

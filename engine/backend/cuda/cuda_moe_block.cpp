@@ -3,14 +3,12 @@
 // expert on the device and one grouped GEMM per projection), the weighted sum, and the shared
 // expert with its sigmoid gate. The math is backend/cpu/moe_ops.h's, through kernels/moe.h.
 #include <algorithm>
-#include <cstdio>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "kernels/cuda_check.h"
 #include "kernels/layer_ops.h"
 #include "kernels/matvec.h"
 #include "kernels/moe.h"
-#include "kernels/moe_decode_layer.h"
 #include "kernels/moe_route.h"
 
 namespace tandem {
@@ -52,12 +50,6 @@ status cuda_backend::ensure_moe_scratch(int n) {
     TANDEM_TRY(shexp_work_.alloc(matvec_work_bytes(int64_t(hp_.n_ff_shexp), dec)));
     TANDEM_TRY(shexp_logit_.alloc(size_t(dec) * f));
   }
-  if (moe_persistent_) {
-    const size_t layer_work =
-        moe_decode_layer_work_bytes(int(hp_.n_expert), int(k), int64_t(F), int64_t(hp_.n_ff_shexp));
-    TANDEM_TRY(moe_layer_work_.alloc(layer_work));
-    TANDEM_CUDA_TRY(moe_decode_layer_reset(moe_layer_work_.get(), ctx_->stream()));
-  }
   return moe_work_.alloc(std::max<size_t>(work, 16));
 }
 
@@ -71,20 +63,6 @@ status cuda_backend::moe_block(uint32_t il) {
   // Decode: the norm also writes xn's int8 copy, which gate and up read (one launch fewer).
   const bool xq = dec && L.gate_exps.type == L.up_exps.type && L.gate_exps.type != ggml_type::f32 &&
                   L.gate_exps.type != ggml_type::f16;
-  // One token's whole MoE half (its norm to the next layer's input norm) as one persistent launch.
-  moe_decode_layer_args pa;
-  if (xq && moe_layer_args(il, T, pa)) {
-    const cudaError_t e = launch_moe_decode_layer(pa, s);
-    if (e == cudaSuccess) {
-      if (pa.next.w) norm_folded_ = int64_t(il) + 1;
-      return mark("experts persistent");
-    }
-    // A cooperative grid the device cannot hold (MPS, another cooperative kernel): the launch
-    // chain from now on, said once.
-    (void)cudaGetLastError();
-    moe_persistent_ = false;
-    std::fprintf(stderr, "tandem: TANDEM_MOE_PERSISTENT: %s; the launch chain runs instead\n", cudaGetErrorString(e));
-  }
   if (xq) {
     TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.ffn_norm, xn, T, E, hp_.rms_eps, matvec_work_.get(), s));
   } else {
@@ -118,35 +96,6 @@ status cuda_backend::moe_block(uint32_t il) {
                                        shared ? &sh : nullptr));
   }
   return mark("experts combine");
-}
-
-// The persistent decode layer's arguments (TANDEM_MOE_PERSISTENT=1, one token): whether it takes
-// this layer (float32 router and shared gate, the shared expert of the routed experts' types,
-// and whatever moe_decode_layer_fits asks). The launch makes the FFN norm itself.
-bool cuda_backend::moe_layer_args(uint32_t il, int T, moe_decode_layer_args& a) const {
-  const auto& L = w_.layers[il];
-  if (!moe_persistent_ || comm_ || T != 1 || L.router.type != ggml_type::f32 || !moe_layer_work_.get()) return false;
-  const int64_t F = hp_.n_ff_exp, Fs = hp_.n_ff_shexp;
-  if (Fs > 0 && (L.shexp_gate.type != ggml_type::f32 || L.gate_shexp.type != L.gate_exps.type ||
-                 L.up_shexp.type != L.gate_exps.type || L.down_shexp.type != L.down_exps.type))
-    return false;
-  if (L.up_exps.type != L.gate_exps.type) return false;
-  a = moe_decode_layer_args{};
-  a.x = x_.get<float>(), a.norm_w = L.ffn_norm, a.eps = hp_.rms_eps, a.n_embd = hp_.n_embd;
-  a.router = reinterpret_cast<const float*>(L.router.data);
-  a.n_expert = int(hp_.n_expert), a.k = int(hp_.n_expert_used), a.renorm = hp_.expert_weights_norm;
-  a.gate_up_type = L.gate_exps.type, a.gate = L.gate_exps.data, a.up = L.up_exps.data;
-  a.gate_up_stride = expert_stride(L.gate_exps, F);
-  a.down_type = L.down_exps.type, a.down = L.down_exps.data, a.down_stride = expert_stride(L.down_exps, hp_.n_embd);
-  a.n_ff = F;
-  if (Fs > 0) {
-    a.shexp_gate = L.gate_shexp.data, a.shexp_up = L.up_shexp.data, a.shexp_down = L.down_shexp.data;
-    a.shexp_gate_row = reinterpret_cast<const float*>(L.shexp_gate.data), a.n_ff_shexp = Fs;
-  }
-  moe_next_norm nn;
-  if (next_norm_foldable(il, T, nn)) a.next = nn;
-  a.ids = moe_ids_.get<int32_t>(), a.weights = moe_w_.get<float>(), a.work = moe_layer_work_.get();
-  return moe_decode_layer_fits(a);
 }
 
 // Decode: each (token, slot)'s expert read on the device. Gate, up and the SwiGLU (writing down's
