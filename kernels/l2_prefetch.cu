@@ -1,0 +1,61 @@
+// L2 prefetch of weight ranges (kernels/l2_prefetch.h): threads take 16 KiB chunks round robin.
+#include "kernels/l2_prefetch.h"
+
+#include <algorithm>
+
+namespace tandem {
+namespace {
+
+constexpr int k_threads = 128, k_max_blocks = 32;
+constexpr uint64_t k_chunk = 16384;
+
+struct ranges {
+  const uint8_t* ptr[k_l2_prefetch_max_ranges];
+  uint64_t bytes[k_l2_prefetch_max_ranges];  // multiples of 16
+  int n;
+};
+
+__device__ __forceinline__ void prefetch_chunk(const uint8_t* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // One instruction for the chunk: the copy engine of the SM walks it.
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  for (uint32_t off = 0; off < bytes; off += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+#endif
+}
+
+__global__ void __launch_bounds__(k_threads) l2_prefetch_kernel(ranges r) {
+  const uint64_t nth = uint64_t{gridDim.x} * k_threads, tid = uint64_t{blockIdx.x} * k_threads + threadIdx.x;
+  uint64_t first = 0;  // global index of range i's first chunk
+  for (int i = 0; i < r.n; ++i) {
+    const uint64_t chunks = (r.bytes[i] + k_chunk - 1) / k_chunk;
+    // This thread's chunks are those whose global index is tid modulo nth.
+    for (uint64_t j = (tid + nth - first % nth) % nth; j < chunks; j += nth) {
+      const uint64_t off = j * k_chunk, left = r.bytes[i] - off;
+      prefetch_chunk(r.ptr[i] + off, static_cast<uint32_t>(left < k_chunk ? left : k_chunk));
+    }
+    first += chunks;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_l2_prefetch(const l2_range* in, int n, cudaStream_t stream) {
+  if (n < 0 || n > k_l2_prefetch_max_ranges || (n > 0 && !in)) return cudaErrorInvalidValue;
+  ranges r{};
+  uint64_t chunks = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t bytes = in[i].bytes & ~uint64_t{15};
+    if (bytes == 0) continue;
+    if (!in[i].ptr || reinterpret_cast<uintptr_t>(in[i].ptr) % 16 != 0) return cudaErrorInvalidValue;
+    r.ptr[r.n] = static_cast<const uint8_t*>(in[i].ptr);
+    r.bytes[r.n++] = bytes;
+    chunks += (bytes + k_chunk - 1) / k_chunk;
+  }
+  if (r.n == 0) return cudaSuccess;
+  const uint64_t blocks = std::min<uint64_t>((chunks + k_threads - 1) / k_threads, k_max_blocks);
+  l2_prefetch_kernel<<<static_cast<unsigned>(blocks), k_threads, 0, stream>>>(r);
+  return cudaGetLastError();
+}
+
+}  // namespace tandem

@@ -1,0 +1,25 @@
+// Host launcher that asks L2 for byte ranges a later kernel will read, so that their HBM reads
+// happen while the GPU is busy with latency-bound work. Device pointers; graph capturable.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tandem {
+
+constexpr int k_l2_prefetch_max_ranges = 16;
+
+struct l2_range {
+  const void* ptr = nullptr;  // 16-byte aligned; bytes 0 ranges are skipped
+  uint64_t bytes = 0;
+};
+
+// A few blocks issue the prefetches (cp.async.bulk.prefetch.L2 on sm_90, prefetch.global.L2 a
+// line before) and exit without waiting for the data: the launch takes a few SMs for about a
+// microsecond, and nothing waits on it but the stream's next work. Each range's last bytes past a
+// multiple of 16 are left out. 0 <= n <= k_l2_prefetch_max_ranges, every range with bytes > 0
+// 16-byte aligned; else cudaErrorInvalidValue before anything is launched.
+cudaError_t launch_l2_prefetch(const l2_range* ranges, int n, cudaStream_t stream);
+
+}  // namespace tandem
