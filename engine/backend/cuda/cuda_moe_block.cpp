@@ -80,7 +80,7 @@ status cuda_backend::moe_block(uint32_t il) {
                     shared_expert_decodes(L, T, xq);
   // TANDEM_CUDA_L2_PREFETCH=1: the routed experts' chain of small launches leaves HBM idle most
   // of its time, so the side stream first asks L2 for the next layer's attention (or DeltaNet)
-  // weights, which that layer reads some 20 us later. An experiment until timed on a GPU.
+  // weights, which that layer reads after this MoE half. An experiment until timed on a GPU.
   const bool warm = dec && l2_prefetch_ && side_stream_ && !profile_ && il + 1 < w_.layers.size();
   moe_shared_term sh;
   if (side || warm) TANDEM_TRY(ctx_->fork_side());
@@ -107,12 +107,14 @@ status cuda_backend::moe_block(uint32_t il) {
 // are empty and skipped).
 status cuda_backend::warm_attention_weights(uint32_t il, cudaStream_t stream) {
   const auto& L = w_.layers[il];
+  // dn_ba, where it is set, holds dn_beta's and dn_alpha's rows: those bytes once.
+  const bool ba = L.dn_ba.n_out > 0;
   const device_matrix* const ms[] = {&L.wq, &L.wk, &L.wv, &L.wo, &L.dn_qkv, &L.dn_gate,
-                                     &L.dn_ba, &L.dn_beta, &L.dn_alpha, &L.dn_out};
+                                     ba ? &L.dn_ba : &L.dn_beta, ba ? nullptr : &L.dn_alpha, &L.dn_out};
   l2_range r[std::size(ms)];
   int n = 0;
   for (const device_matrix* m : ms)
-    if (m->data && m->n_out > 0) r[n++] = {m->data, uint64_t(m->n_out) * m->row_bytes};
+    if (m && m->data && m->n_out > 0) r[n++] = {m->data, uint64_t(m->n_out) * m->row_bytes};
   TANDEM_CUDA_TRY(launch_l2_prefetch(r, n, stream));
   return {};
 }
