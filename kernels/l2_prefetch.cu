@@ -2,6 +2,11 @@
 #include "kernels/l2_prefetch.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+
+#include "kernels/device_attribute.h"
+#include "kernels/l2_prefetch.cuh"
 
 namespace tandem {
 namespace {
@@ -15,14 +20,8 @@ struct ranges {
   int n;
 };
 
-__device__ __forceinline__ void prefetch_chunk(const uint8_t* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // One instruction for the chunk: the copy engine of the SM walks it.
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#else
-  for (uint32_t off = 0; off < bytes; off += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
-#endif
-}
+// 0: not read from the environment yet; 1 off; 2 on.
+std::atomic<int> g_self{0};
 
 __global__ void __launch_bounds__(k_threads) l2_prefetch_kernel(ranges r) {
   const uint64_t nth = uint64_t{gridDim.x} * k_threads, tid = uint64_t{blockIdx.x} * k_threads + threadIdx.x;
@@ -32,13 +31,25 @@ __global__ void __launch_bounds__(k_threads) l2_prefetch_kernel(ranges r) {
     // This thread's chunks are those whose global index is tid modulo nth.
     for (uint64_t j = (tid + nth - first % nth) % nth; j < chunks; j += nth) {
       const uint64_t off = j * k_chunk, left = r.bytes[i] - off;
-      prefetch_chunk(r.ptr[i] + off, static_cast<uint32_t>(left < k_chunk ? left : k_chunk));
+      l2_prefetch_span(r.ptr[i] + off, static_cast<int64_t>(left < k_chunk ? left : k_chunk));
     }
     first += chunks;
   }
 }
 
 }  // namespace
+
+void l2_set_self_prefetch(bool on) { g_self.store(on ? 2 : 1, std::memory_order_relaxed); }
+
+uint64_t l2_self_prefetch_budget() {
+  int v = g_self.load(std::memory_order_relaxed);
+  if (v == 0) {
+    const char* e = std::getenv("TANDEM_CUDA_SELF_PREFETCH");
+    v = e && e[0] == '1' && e[1] == 0 ? 2 : 1;
+    g_self.store(v, std::memory_order_relaxed);
+  }
+  return v == 2 ? static_cast<uint64_t>(device_attribute<cudaDevAttrL2CacheSize>()) / 2 : 0;
+}
 
 cudaError_t launch_l2_prefetch(const l2_range* in, int n, cudaStream_t stream) {
   if (n < 0 || n > k_l2_prefetch_max_ranges || (n > 0 && !in)) return cudaErrorInvalidValue;

@@ -22,4 +22,12 @@ struct l2_range {
 // 16-byte aligned; else cudaErrorInvalidValue before anything is launched.
 cudaError_t launch_l2_prefetch(const l2_range* ranges, int n, cudaStream_t stream);
 
+// Self-prefetch, for the decode mat-vecs (kernels/matvec.cu, moe_matvec.cu): each walker of rows
+// first asks L2 for its next few row groups (l2_prefetch.cuh), so that a launch has all its
+// weight bytes requested at once rather than the one piece a thread holds in flight. The bytes
+// a launch may ask for ahead: half the current device's L2 when on, 0 when off. Off unless
+// TANDEM_CUDA_SELF_PREFETCH=1 (read at the first call) or l2_set_self_prefetch(true).
+uint64_t l2_self_prefetch_budget();
+void l2_set_self_prefetch(bool on);
+
 }  // namespace tandem
