@@ -22,6 +22,20 @@ struct l2_range {
 // 16-byte aligned; else cudaErrorInvalidValue before anything is launched.
 cudaError_t launch_l2_prefetch(const l2_range* ranges, int n, cudaStream_t stream);
 
+// The experts a routing chose, asked for once their ids are on the device (a side stream's work
+// beside the experts' mat-vecs): for each pair p < n_pairs and range i, the bytes
+// [base_i + ids[p] stride_i, + bytes_i); ids outside [0, n_expert) are skipped. 2 KiB chunks
+// over up to four one-warp blocks an SM, since one SM's bulk-copy unit walks its requests one
+// line at a time. n <= k_l2_prefetch_max_ranges, bases and strides 16-byte aligned; else
+// cudaErrorInvalidValue before anything is launched.
+struct l2_expert_range {
+  const void* base = nullptr;
+  uint64_t stride = 0;  // bytes from one expert to the next
+  uint64_t bytes = 0;   // of each expert, from its start
+};
+cudaError_t launch_l2_prefetch_experts(const int32_t* ids, int n_pairs, int n_expert, const l2_expert_range* ranges,
+                                       int n, cudaStream_t stream);
+
 // Self-prefetch, for the decode mat-vecs (kernels/matvec.cu, moe_matvec.cu): each walker of rows
 // first asks L2 for its next few row groups (l2_prefetch.cuh), so that a launch has all its
 // weight bytes requested at once rather than the one piece a thread holds in flight. The bytes

@@ -87,9 +87,19 @@ status cuda_backend::moe_block(uint32_t il) {
   if (warm) TANDEM_TRY(warm_attention_weights(il + 1, ctx_->side_stream()));
   if (side) TANDEM_TRY(moe_shared_expert_decode(L, xn, T, true, sh));
   TANDEM_TRY(route(L, xn, T));
+  // TANDEM_CUDA_EXPERT_PREFETCH=1: once the ids are known, the side stream asks L2 for the chosen
+  // experts' down rows, which gate and up's launch leaves HBM time for. An experiment until timed.
+  const bool early = dec && expert_prefetch_ && side_stream_ && !profile_;
+  if (early) {
+    TANDEM_TRY(ctx_->fork_side());
+    const size_t stride = expert_stride(L.down_exps, E);
+    const l2_expert_range r{L.down_exps.data, stride, stride};
+    TANDEM_CUDA_TRY(launch_l2_prefetch_experts(moe_ids_.get<int32_t>(), T * k, int(hp_.n_expert), &r, 1,
+                                               ctx_->side_stream()));
+  }
   TANDEM_TRY(dec ? moe_experts_decode(L, xn, T, xq) : moe_experts_prefill(L, xn, T));
   if (shared && !side) TANDEM_TRY(moe_shared_expert(L, xn, T, xq, !dec, sh));
-  if (side || warm) TANDEM_TRY(ctx_->join_side());
+  if (side || warm || early) TANDEM_TRY(ctx_->join_side());
   // Decode: the next layer's input norm folds into the combine (one launch fewer a layer).
   moe_next_norm nn;
   if (dec && next_norm_foldable(il, T, nn)) {

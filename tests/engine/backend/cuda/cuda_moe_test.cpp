@@ -140,13 +140,13 @@ INSTANTIATE_TEST_SUITE_P(all, cuda_vs_cpu_moe,
                            return std::get<0>(info.param) + "_" + std::string(type_name(std::get<1>(info.param)));
                          });
 
-// Decode steps' logits with TANDEM_CUDA_L2_PREFETCH=1 (read when the backend is made): the side
-// stream's prefetch of the next layer's weights changes no bit, and the steps still replay from
-// graphs (the fork and join it adds are captured like the shared expert's).
-std::vector<float> decode_logits(const test::tiny_model& m, bool prefetch) {
-  if (prefetch) setenv("TANDEM_CUDA_L2_PREFETCH", "1", 1);
+// Decode steps' logits with the L2 prefetch experiments on (environment variables, read when
+// the backend is made): the side stream's prefetches change no bit, and the steps still replay
+// from graphs (the forks and joins they add are captured like the shared expert's).
+std::vector<float> decode_logits(const test::tiny_model& m, const char* env) {
+  if (env) setenv(env, "1", 1);
   auto gpu = make_cuda_backend(m.desc, cuda_backend_options{});
-  unsetenv("TANDEM_CUDA_L2_PREFETCH");
+  if (env) unsetenv(env);
   EXPECT_TRUE(gpu.ok()) << (gpu.ok() ? "" : gpu.message());
   if (!gpu) return {};
   kv_cache_config cfg;
@@ -180,10 +180,13 @@ TEST(cuda_moe, l2_prefetch_changes_no_bits) {
     opt.matrix_type = ggml_type::q8_0;
     auto m = test::make_tiny_model(opt);
     ASSERT_TRUE(m.ok()) << m.message();
-    const auto off = decode_logits(**m, false), on = decode_logits(**m, true);
+    const auto off = decode_logits(**m, nullptr);
     ASSERT_FALSE(off.empty());
-    ASSERT_EQ(off.size(), on.size());
-    for (size_t i = 0; i < off.size(); ++i) ASSERT_EQ(off[i], on[i]) << "logit " << i;
+    for (const char* env : {"TANDEM_CUDA_L2_PREFETCH", "TANDEM_CUDA_EXPERT_PREFETCH"}) {
+      const auto on = decode_logits(**m, env);
+      ASSERT_EQ(off.size(), on.size()) << env;
+      for (size_t i = 0; i < off.size(); ++i) ASSERT_EQ(off[i], on[i]) << env << ": logit " << i;
+    }
   }
 }
 
