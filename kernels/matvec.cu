@@ -8,8 +8,6 @@
 #include <type_traits>
 
 #include "kernels/device_attribute.h"
-#include "kernels/l2_prefetch.cuh"
-#include "kernels/l2_prefetch.h"
 #include "kernels/matvec_fx.cuh"
 #include "kernels/matvec_types.cuh"
 #include "kernels/matvec_x.cuh"
@@ -86,17 +84,6 @@ __device__ __forceinline__ void group_rows(const jobs& jb, int64_t g, int64_t to
   }
 }
 
-// Asks L2 for the rows of group g (self-prefetch, l2_prefetch.h).
-template <int R>
-__device__ __forceinline__ void prefetch_group(const jobs& jb, int64_t g, int64_t total, int64_t row_bytes) {
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-    if (g * R + r < total) {
-      const located l = locate(jb, g * R + r);
-      l2_prefetch_span(l.w + l.local * row_bytes, row_bytes);
-    }
-}
-
 template <class Q, int R>
 __device__ __forceinline__ void load_pieces(const uint8_t* const (&wrow)[R], const uint8_t* const (&wend)[R], int p,
                                             int n_pieces, typename Q::raw (&w)[R]) {
@@ -113,11 +100,10 @@ __device__ __forceinline__ void load_pieces(const uint8_t* const (&wrow)[R], con
 // thread's next pieces (the next group's first ones at the end of a row) are loaded before the
 // current ones are used, so every thread keeps loads in flight through the dot products and the
 // reduction. Up to NT tokens (n_tok <= NT). With Pairs, x rows 2t and 2t + 1 (an int8 copy and
-// its residual's) add up into output token t. With pf > 0 a walker's thread i < pf first asks L2
-// for the walker's group i (self-prefetch): weights only, so ahead of pdl_wait.
+// its residual's) add up into output token t.
 template <class Q, int NT, int R, int TB, bool Pairs, int WPB = 1>
 __global__ void __launch_bounds__(TB * WPB)
-    matvec_kernel(jobs jb, int n_blocks, int64_t row_bytes, x_view xs, int n_tok, bool add, int pf) {
+    matvec_kernel(jobs jb, int n_blocks, int64_t row_bytes, x_view xs, int n_tok, bool add) {
   static_assert(WPB == 1 || TB == 32, "independent warps per block only for one-warp groups");
   // WPB > 1: each warp of the block is a persistent walker of its own (virtual block blockIdx.x WPB +
   // warp of gridDim.x WPB); fewer, larger blocks for the same warps.
@@ -132,10 +118,6 @@ __global__ void __launch_bounds__(TB * WPB)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   int64_t g = WPB > 1 ? blockIdx.x * WPB + threadIdx.x / 32 : blockIdx.x;
-  if (static_cast<int>(tid) < pf) {
-    const int64_t ahead = g + static_cast<int64_t>(tid) * gridDim.x * WPB;
-    if (ahead < n_groups) prefetch_group<R>(jb, ahead, total, row_bytes);
-  }
   const uint8_t* wrow[R];
   const uint8_t* wend[R];
   group_rows(jb, g, total, row_bytes, wrow, wend);
@@ -248,15 +230,7 @@ cudaError_t launch_rows_w(const jobs& jb, int n_blocks, x_view xs, int n_tok, bo
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   if (f.pdl && pdl_supported() && !g_tuning.no_pdl) cfg.attrs = attr, cfg.numAttrs = 1;
-  // Self-prefetch: each walker's first groups, as many as a walker has threads for and the
-  // budget holds for all walkers.
-  int pf = 0;
-  if (const uint64_t budget = l2_self_prefetch_budget()) {
-    const int64_t walkers = int64_t{grid} * W;
-    const int64_t per = (groups + walkers - 1) / walkers, fit = budget / (walkers * R * row_bytes);
-    pf = static_cast<int>(std::min<int64_t>({per, fit, TB}));
-  }
-  return cudaLaunchKernelEx(&cfg, kernel, jb, n_blocks, row_bytes, xs, n_tok, add, pf);
+  return cudaLaunchKernelEx(&cfg, kernel, jb, n_blocks, row_bytes, xs, n_tok, add);
 }
 
 // Block shape per type, measured on an H200. threads: one warp per row group (no shared memory,

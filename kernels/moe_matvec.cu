@@ -10,8 +10,6 @@
 #include <type_traits>
 
 #include "kernels/device_attribute.h"
-#include "kernels/l2_prefetch.cuh"
-#include "kernels/l2_prefetch.h"
 #include "kernels/matvec.h"
 #include "kernels/matvec_types.cuh"
 #include "kernels/matvec_x.cuh"
@@ -46,7 +44,6 @@ struct mv_params {
   const int32_t* ids;
   x_view xs;         // x floats (xf) and its int8 copy (qx, ds), rows n_in apart in the copy
   int64_t x_stride;  // floats between pair rows of xf; 0: rows by token, n_in apart
-  int pf;            // self-prefetch (l2_prefetch.h): groups (units) a walker (block) asks L2 for
 };
 
 // The weight rows, their matrix's end, x and output of a group (for one sub-warp).
@@ -81,13 +78,6 @@ __device__ __forceinline__ mv_group<R> setup_group(const mv_params& p, int64_t g
   return s;
 }
 
-// Asks L2 for group g's rows (self-prefetch): R NS consecutive rows of one expert's matrix.
-template <int R, int NS>
-__device__ __forceinline__ void prefetch_group(const mv_params& p, int64_t g) {
-  const mv_group<R> s = setup_group<R, NS>(p, g, 0);
-  if (s.valid) l2_prefetch_span(s.wrow[0], min(static_cast<int64_t>(R * NS), p.n_out - s.row0) * p.row_bytes);
-}
-
 template <class Q, int R>
 __device__ __forceinline__ void load_rows(const mv_group<R>& s, int pc, int n_pieces, typename Q::raw (&w)[R]) {
   if (pc >= n_pieces || !s.valid) return;
@@ -113,7 +103,6 @@ __global__ void __launch_bounds__(32 * k_mv_warps) moe_matvec_kernel(mv_params p
   int64_t g = static_cast<int64_t>(blockIdx.x) * k_mv_warps + threadIdx.x / 32;
   pdl_wait();
   if (g >= p.n_groups) return;
-  if (lane < p.pf && g + lane * step < p.n_groups) prefetch_group<R, NS>(p, g + lane * step);
   mv_group<R> s = setup_group<R, NS>(p, g, sub);
   W cur[R];
   load_rows<Q, R>(s, sl, n_pieces, cur);
@@ -224,13 +213,6 @@ __global__ void __launch_bounds__(swiglu_shape<SW>::threads) moe_matvec_swiglu_k
   };
   pdl_wait();
   if (n_q == 0) return;  // the whole block: the barrier below is never split
-  if (static_cast<int>(threadIdx.x) < 2 * p.pf) {  // self-prefetch: unit i / 2's rows of matrix i % 2
-    const int64_t u = blockIdx.x + static_cast<int64_t>(threadIdx.x / 2) * gridDim.x;
-    const int e = u < p.n_groups ? __ldg(p.ids + u / units_per_pair) : -1;
-    if (e >= 0 && e < p.n_expert)
-      l2_prefetch_span((threadIdx.x % 2 == 0 ? p.w[0] : p.w[1]) + e * p.stride + u % units_per_pair * 32 * p.row_bytes,
-                       32 * p.row_bytes);
-  }
   swiglu_rows s = setup(0);
   W cur[2][RH];
   load_pair_rows<Q>(s, p.row_bytes, sl, n_pieces, cur);
@@ -284,15 +266,6 @@ __global__ void __launch_bounds__(swiglu_shape<SW>::threads) moe_matvec_swiglu_k
   }
 }
 
-// Groups each of `walkers` asks L2 for ahead (0 when self-prefetch is off): all it has, at most
-// `most`, within the budget for all walkers.
-int self_prefetch_groups(int64_t n_groups, int64_t walkers, int64_t group_bytes, int most) {
-  const uint64_t budget = l2_self_prefetch_budget();
-  if (budget == 0 || walkers <= 0 || group_bytes <= 0) return 0;
-  const int64_t per = (n_groups + walkers - 1) / walkers, fit = static_cast<int64_t>(budget) / (walkers * group_bytes);
-  return static_cast<int>(std::min<int64_t>({per, fit, most}));
-}
-
 template <class Q, int R, int SW>
 cudaError_t launch_mv(mv_params p, int n_pairs, cudaStream_t s) {
   constexpr int NS = 32 / SW;
@@ -303,7 +276,6 @@ cudaError_t launch_mv(mv_params p, int n_pairs, cudaStream_t s) {
   const cudaError_t e = resident_blocks<moe_matvec_kernel<Q, R, SW>, 32 * k_mv_warps>(resident);
   if (e != cudaSuccess) return e;
   const int64_t blocks = std::min<int64_t>((p.n_groups + k_mv_warps - 1) / k_mv_warps, resident);
-  p.pf = self_prefetch_groups(p.n_groups, blocks * k_mv_warps, R * NS * p.row_bytes, 32);
   return launch_pdl(moe_matvec_kernel<Q, R, SW>, dim3(static_cast<unsigned>(blocks)), dim3(32 * k_mv_warps), s, p);
 }
 
@@ -314,7 +286,6 @@ cudaError_t launch_mv_swiglu(mv_params p, int n_pairs, int8_t* qh, float2* dh, i
   if (p.n_groups == 0) return cudaSuccess;
   constexpr auto kernel = moe_matvec_swiglu_kernel<Q, SW>;
   const int64_t blocks = std::min<int64_t>(p.n_groups, resident);
-  p.pf = self_prefetch_groups(p.n_groups, blocks, 64 * p.row_bytes, swiglu_shape<SW>::threads / 2);
   return launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(swiglu_shape<SW>::threads), s, p, qh, dh);
 }
 

@@ -6,9 +6,9 @@
 # 2048-wide head's mat-vecs, and the launch-chain floor (scripts/launch_chain_floor.cu); bench: random Q4_K_M
 # models of PRESETS (default the Qwen3-30B-A3B and Qwen3.5-35B-A3B shapes), the first with
 # ceilings, the rest against them;
-# ab: each preset under each entry of AB_ENVS (variables joined by commas; default the untimed
-# TANDEM_CUDA_L2_PREFETCH=1, TANDEM_CUDA_SELF_PREFETCH=1 and TANDEM_CUDA_EXPERT_PREFETCH=1, alone and together), with AB_ARGS (default
-# "-p 0 -n 128 -r 2"), to set beside bench's figures;
+# ab: each preset under each entry of AB_ENVS (variables joined by commas; default
+# "TANDEM_CUDA_FUSED_SWIGLU=0 TANDEM_MOE_SWIGLU_ANY_WAVES=1 TANDEM_CUDA_SIDE_STREAM=0"), with
+# AB_ARGS (default "-p 0 -n 128 -r 2"), to set beside bench's figures;
 # sanitize: compute-sanitizer (memcheck, synccheck) over the kernel tests SANITIZE_TESTS (default
 # kernels_moe_matvec_test kernels_moe_route_test), big.* left out;
 # profile: where a prefill token of the last preset goes (launch groups, no graphs); decode:
@@ -79,7 +79,7 @@ fi
 if has ab; then
   wait
   for p in $presets; do
-    for v in ${AB_ENVS:-TANDEM_CUDA_L2_PREFETCH=1 TANDEM_CUDA_SELF_PREFETCH=1 TANDEM_CUDA_EXPERT_PREFETCH=1 TANDEM_CUDA_SELF_PREFETCH=1,TANDEM_CUDA_L2_PREFETCH=1,TANDEM_CUDA_EXPERT_PREFETCH=1}; do
+    for v in ${AB_ENVS:-TANDEM_CUDA_FUSED_SWIGLU=0 TANDEM_MOE_SWIGLU_ANY_WAVES=1 TANDEM_CUDA_SIDE_STREAM=0}; do
       echo "$v:"
       env ${v//,/ } "$tm" bench -m "$(model "$p")" ${AB_ARGS:--p 0 -n 128 -r 2} --no-ceilings 2>&1 |
         grep -E "^\| [^ ]+\.gguf" | sed -E 's/ +/ /g'

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels/l2_prefetch.h"
 #include "kernels/layer_ops.h"
 #include "kernels/matvec.h"
 #include "quant/quant.h"
@@ -166,46 +165,6 @@ TEST_P(matvec_types, fused_outputs_and_add) {
       }
     }
   matvec_set_tuning({});
-}
-
-// Self-prefetch (l2_prefetch.h) only asks L2 for bytes: every launch form gives the same bits
-// with it, for rows of lengths that are and are not multiples of 16 bytes (Q6_K at 768 inputs:
-// 630), fused outputs, 1 and 3 tokens, the float-x and fine-x forms and one walker a group.
-TEST_P(matvec_types, self_prefetch_changes_no_bits) {
-  REQUIRE_GPU();
-  const ggml_type t = GetParam();
-  for (int64_t n_in : {768, 2048}) {
-    if (n_in % int64_t(type_info(t).block_size) != 0) continue;
-    const int64_t heights[2] = {517, 40};
-    std::vector<std::unique_ptr<dev<uint8_t>>> dw;
-    for (int j = 0; j < 2; ++j)
-      dw.push_back(std::make_unique<dev<uint8_t>>(quantize_matrix(t, randoms(n_in * heights[j], 31 + j), n_in, heights[j])));
-    dev<float> x(randoms(size_t(n_in * 3), 5)), y0(size_t(3 * 517)), y1(size_t(3 * 40));
-    dev<uint8_t> work(matvec_work_bytes(n_in, 6));
-    const auto run = [&](bool on, int mode, int n_tok) {
-      l2_set_self_prefetch(on);
-      const matvec_output outs[2] = {{dw[0]->p, 517, y0.p}, {dw[1]->p, 40, y1.p}};
-      cudaError_t e = cudaSuccess;
-      if (mode == 0) e = launch_matvec_multi(t, n_in, outs, 2, x.p, n_tok, false, work.p, nullptr);
-      if (mode == 1) e = launch_matvec_float_x(t, dw[0]->p, n_in, 517, x.p, n_tok, y0.p, nullptr);
-      if (mode == 2) e = launch_matvec_fine_x(t, dw[0]->p, n_in, 517, x.p, n_tok, y0.p, work.p, nullptr);
-      l2_set_self_prefetch(false);
-      EXPECT_EQ(e, cudaSuccess);
-      auto a = y0.host(), b = y1.host();
-      a.insert(a.end(), b.begin(), b.end());
-      return a;
-    };
-    for (bool per_group : {false, true}) {
-      matvec_set_tuning({0, per_group, false});
-      for (int mode = 0; mode < 3; ++mode)
-        for (int n_tok : {1, 3}) {
-          const auto off = run(false, mode, n_tok), on = run(true, mode, n_tok);
-          ASSERT_EQ(off, on) << type_name(t) << " n_in " << n_in << " form " << mode << " tokens " << n_tok
-                             << (per_group ? " one walker a group" : "");
-        }
-    }
-    matvec_set_tuning({});
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(all, matvec_types, ::testing::ValuesIn(k_types),

@@ -15,7 +15,6 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/l2_prefetch.h"
 #include "kernels/matvec.h"
 #include "kernels/moe.h"
 #include "quant/quant.h"
@@ -220,50 +219,6 @@ TEST_P(moe_types, matvec_swiglu_is_matvec_then_swiglu_bits) {
   check_matvec_swiglu(t, 32, 2048, 768, 8, 8, false, true);  // the same fused, blocks taking several
   check_matvec_swiglu(t, 6, 512, 32, 5, 1, true);
   check_matvec_swiglu(t, 6, 512, 32, 5, 1, true, true);
-}
-
-// Self-prefetch (l2_prefetch.h) only asks L2 for bytes: both decode launches give the same bits
-// with it (an invalid id among the pairs; Q6_K rows at 768 inputs are 630 bytes, not a multiple
-// of 16; the fused SwiGLU at one wave and past it).
-TEST_P(moe_types, self_prefetch_changes_no_bits) {
-  REQUIRE_GPU();
-  const ggml_type t = GetParam();
-  const int n_expert = 16, k = 4;
-  for (int64_t n_in : {768, 2048})
-    for (int n_tok : {1, 5}) {
-      const int64_t n_out = 96;
-      const experts a = make_experts(t, n_expert, n_in, n_out, 11), b = make_experts(t, n_expert, n_in, n_out, 12);
-      const int n_pairs = n_tok * k;
-      dev<uint8_t> wa(a.q), wb(b.q), xw(moe_matvec_work_bytes(n_in, n_tok)), hw(moe_matvec_work_bytes(n_out, n_pairs));
-      dev<float> x(randoms(size_t(n_tok * n_in), 13)), ya(size_t(n_pairs * n_out)), yb(size_t(n_pairs * n_out));
-      dev<int32_t> ids(random_ids(n_tok, k, n_expert, 14, true));
-      const moe_matvec_output outs[2] = {{wa.p, ya.p}, {wb.p, yb.p}};
-      const auto run = [&](bool on, bool swiglu, bool any_waves) {
-        l2_set_self_prefetch(on);
-        if (any_waves) setenv("TANDEM_MOE_SWIGLU_ANY_WAVES", "1", 1);
-        cudaError_t e = launch_moe_matvec_multi(t, outs, 2, a.stride, n_expert, n_in, n_out, x.p, 0, false, n_tok, k,
-                                                ids.p, xw.p, nullptr);
-        if (e == cudaSuccess && swiglu)
-          e = launch_moe_matvec_swiglu(t, outs, a.stride, n_expert, n_in, n_out, xw.p, n_tok, k, ids.p, hw.p, nullptr);
-        unsetenv("TANDEM_MOE_SWIGLU_ANY_WAVES");
-        l2_set_self_prefetch(false);
-        EXPECT_EQ(e, cudaSuccess);
-        std::vector<uint8_t> bits(size_t(n_pairs * n_out) * 2 * sizeof(float));
-        const auto ha = ya.host(), hb = yb.host();
-        std::memcpy(bits.data(), ha.data(), ha.size() * sizeof(float));
-        std::memcpy(bits.data() + ha.size() * sizeof(float), hb.data(), hb.size() * sizeof(float));
-        if (swiglu) {
-          const auto h = hw.host();
-          bits.insert(bits.end(), h.begin(), h.end());
-        }
-        return bits;
-      };
-      for (int form = 0; form < 3; ++form) {
-        if (form > 0 && !gpu_can_moe_matvec_swiglu(t, n_out)) continue;
-        const auto off = run(false, form > 0, form == 2), on = run(true, form > 0, form == 2);
-        ASSERT_EQ(off, on) << type_name(t) << " n_in " << n_in << " tokens " << n_tok << " form " << form;
-      }
-    }
 }
 
 INSTANTIATE_TEST_SUITE_P(all, moe_types, ::testing::ValuesIn(k_types),

@@ -58,10 +58,6 @@ status cuda_backend::init(const cuda_backend_options& opt) {
   side_stream_ = !(side && std::string_view(side) == "0");
   const char* fused = std::getenv("TANDEM_CUDA_FUSED_SWIGLU");
   fused_swiglu_ = !(fused && std::string_view(fused) == "0");
-  const char* l2 = std::getenv("TANDEM_CUDA_L2_PREFETCH");
-  l2_prefetch_ = l2 && std::string_view(l2) == "1";
-  const char* ex = std::getenv("TANDEM_CUDA_EXPERT_PREFETCH");
-  expert_prefetch_ = ex && std::string_view(ex) == "1";
   upload_options up;
   up.slot_bytes = opt.staging_bytes;
   up.threads = opt.upload_threads;

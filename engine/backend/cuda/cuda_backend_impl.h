@@ -124,7 +124,6 @@ class cuda_backend final : public cuda_stage {
   // Mixture-of-experts models (cuda_moe_block.cpp).
   bool moe() const { return hp_.moe(); }
   status moe_block(uint32_t il);
-  status warm_attention_weights(uint32_t il, cudaStream_t stream);
   status ensure_moe_scratch(int n_tok);
   status route(const device_layer& L, const float* xn, int n_tok);
   status moe_experts_decode(const device_layer& L, const float* xn, int n_tok, bool x_quantized);
@@ -169,8 +168,6 @@ class cuda_backend final : public cuda_stage {
   device_buffer shexp_logit_;  // decode's shared expert: its float32 gate's logit a token
   bool side_stream_ = true;   // TANDEM_CUDA_SIDE_STREAM=0: decode on the main stream alone
   bool fused_swiglu_ = true;  // TANDEM_CUDA_FUSED_SWIGLU=0: decode's expert SwiGLU as its own launch
-  bool l2_prefetch_ = false;  // TANDEM_CUDA_L2_PREFETCH=1: decode's MoE half warms L2 for the next layer
-  bool expert_prefetch_ = false;  // TANDEM_CUDA_EXPERT_PREFETCH=1: the chosen experts' down rows asked for early
   // The layer whose input norm the previous layer's combine wrote (-1: none this step).
   int64_t norm_folded_ = -1;
   bool next_norm_foldable(uint32_t il, int n_tok, moe_next_norm& nn) const;

@@ -3,11 +3,9 @@
 // expert on the device and one grouped GEMM per projection), the weighted sum, and the shared
 // expert with its sigmoid gate. The math is backend/cpu/moe_ops.h's, through kernels/moe.h.
 #include <algorithm>
-#include <iterator>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "kernels/cuda_check.h"
-#include "kernels/l2_prefetch.h"
 #include "kernels/layer_ops.h"
 #include "kernels/matvec.h"
 #include "kernels/moe.h"
@@ -78,28 +76,15 @@ status cuda_backend::moe_block(uint32_t il) {
   const bool shared = hp_.n_ff_shexp > 0;
   const bool side = shared && side_stream_ && !profile_ && L.shexp_gate.type == ggml_type::f32 &&
                     shared_expert_decodes(L, T, xq);
-  // TANDEM_CUDA_L2_PREFETCH=1: the routed experts' chain of small launches leaves HBM idle most
-  // of its time, so the side stream first asks L2 for the next layer's attention (or DeltaNet)
-  // weights, which that layer reads after this MoE half. An experiment until timed on a GPU.
-  const bool warm = dec && l2_prefetch_ && side_stream_ && !profile_ && il + 1 < w_.layers.size();
   moe_shared_term sh;
-  if (side || warm) TANDEM_TRY(ctx_->fork_side());
-  if (warm) TANDEM_TRY(warm_attention_weights(il + 1, ctx_->side_stream()));
-  if (side) TANDEM_TRY(moe_shared_expert_decode(L, xn, T, true, sh));
-  TANDEM_TRY(route(L, xn, T));
-  // TANDEM_CUDA_EXPERT_PREFETCH=1: once the ids are known, the side stream asks L2 for the chosen
-  // experts' down rows, which gate and up's launch leaves HBM time for. An experiment until timed.
-  const bool early = dec && expert_prefetch_ && side_stream_ && !profile_;
-  if (early) {
+  if (side) {
     TANDEM_TRY(ctx_->fork_side());
-    const size_t stride = expert_stride(L.down_exps, E);
-    const l2_expert_range r{L.down_exps.data, stride, stride};
-    TANDEM_CUDA_TRY(launch_l2_prefetch_experts(moe_ids_.get<int32_t>(), T * k, int(hp_.n_expert), &r, 1,
-                                               ctx_->side_stream()));
+    TANDEM_TRY(moe_shared_expert_decode(L, xn, T, true, sh));
   }
+  TANDEM_TRY(route(L, xn, T));
   TANDEM_TRY(dec ? moe_experts_decode(L, xn, T, xq) : moe_experts_prefill(L, xn, T));
   if (shared && !side) TANDEM_TRY(moe_shared_expert(L, xn, T, xq, !dec, sh));
-  if (side || warm || early) TANDEM_TRY(ctx_->join_side());
+  if (side) TANDEM_TRY(ctx_->join_side());
   // Decode: the next layer's input norm folds into the combine (one launch fewer a layer).
   moe_next_norm nn;
   if (dec && next_norm_foldable(il, T, nn)) {
@@ -111,22 +96,6 @@ status cuda_backend::moe_block(uint32_t il) {
                                        shared ? &sh : nullptr));
   }
   return mark("experts combine");
-}
-
-// Asks L2 for layer il's attention-half matrices (those of a layer outside this device's range
-// are empty and skipped).
-status cuda_backend::warm_attention_weights(uint32_t il, cudaStream_t stream) {
-  const auto& L = w_.layers[il];
-  // dn_ba, where it is set, holds dn_beta's and dn_alpha's rows: those bytes once.
-  const bool ba = L.dn_ba.n_out > 0;
-  const device_matrix* const ms[] = {&L.wq, &L.wk, &L.wv, &L.wo, &L.dn_qkv, &L.dn_gate,
-                                     ba ? &L.dn_ba : &L.dn_beta, ba ? nullptr : &L.dn_alpha, &L.dn_out};
-  l2_range r[std::size(ms)];
-  int n = 0;
-  for (const device_matrix* m : ms)
-    if (m && m->data && m->n_out > 0) r[n++] = {m->data, uint64_t(m->n_out) * m->row_bytes};
-  TANDEM_CUDA_TRY(launch_l2_prefetch(r, n, stream));
-  return {};
 }
 
 // Decode: each (token, slot)'s expert read on the device. Gate, up and the SwiGLU (writing down's

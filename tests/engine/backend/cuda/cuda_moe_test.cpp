@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <tuple>
@@ -139,56 +138,6 @@ INSTANTIATE_TEST_SUITE_P(all, cuda_vs_cpu_moe,
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + std::string(type_name(std::get<1>(info.param)));
                          });
-
-// Decode steps' logits with the L2 prefetch experiments on (environment variables, read when
-// the backend is made): the side stream's prefetches change no bit, and the steps still replay
-// from graphs (the forks and joins they add are captured like the shared expert's).
-std::vector<float> decode_logits(const test::tiny_model& m, const char* env) {
-  if (env) setenv(env, "1", 1);
-  auto gpu = make_cuda_backend(m.desc, cuda_backend_options{});
-  if (env) unsetenv(env);
-  EXPECT_TRUE(gpu.ok()) << (gpu.ok() ? "" : gpu.message());
-  if (!gpu) return {};
-  kv_cache_config cfg;
-  cfg.n_ctx = 64;
-  cfg.n_seq_max = 1;
-  auto cache = (*gpu)->make_cache(cfg);
-  EXPECT_TRUE(cache.ok());
-  if (!cache) return {};
-  const auto toks = random_tokens(32, 5, int32_t(m.desc.hp.n_vocab));
-  std::vector<float> all, l;
-  batch b;
-  for (int i = 0; i < 4; ++i) b.add(toks[i], 0, i, true);
-  for (int pos = 4; pos < 16; ++pos) {
-    EXPECT_TRUE((*gpu)->forward(b, **cache, l).ok());
-    all.insert(all.end(), l.begin(), l.end());
-    b.clear();
-    b.add(toks[pos], 0, pos, true);
-  }
-  EXPECT_GT((*gpu)->graph_replays(), 5u);
-  return all;
-}
-
-TEST(cuda_moe, l2_prefetch_changes_no_bits) {
-  REQUIRE_GPU();
-  for (const char* arch : {"qwen3moe", "qwen35moe"}) {
-    SCOPED_TRACE(arch);
-    test::tiny_model_options opt;
-    opt.arch = arch;
-    opt.hp = std::string(arch) == "qwen3moe" ? test::tiny_model_options::qwen3moe_hparams()
-                                             : test::tiny_model_options::qwen35moe_hparams();
-    opt.matrix_type = ggml_type::q8_0;
-    auto m = test::make_tiny_model(opt);
-    ASSERT_TRUE(m.ok()) << m.message();
-    const auto off = decode_logits(**m, nullptr);
-    ASSERT_FALSE(off.empty());
-    for (const char* env : {"TANDEM_CUDA_L2_PREFETCH", "TANDEM_CUDA_EXPERT_PREFETCH"}) {
-      const auto on = decode_logits(**m, env);
-      ASSERT_EQ(off.size(), on.size()) << env;
-      for (size_t i = 0; i < off.size(); ++i) ASSERT_EQ(off[i], on[i]) << env << ": logit " << i;
-    }
-  }
-}
 
 // Splitting a MoE model over devices is refused with a clear error, not computed wrong.
 TEST(cuda_moe, split_is_refused) {
