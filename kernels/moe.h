@@ -49,31 +49,14 @@ cudaError_t launch_moe_matvec(ggml_type t, const void* w, size_t expert_stride_b
                               int64_t n_out, const float* x, int64_t x_stride, int n_tok, int k, const int32_t* ids,
                               float* y, void* work, cudaStream_t stream);
 
-// Routing inside a decode launch of the experts (launch_moe_matvec_multi with x_stride 0,
-// launch_moe_matvec_swiglu): every block routes the n_tok tokens from their router logits
-// itself, as launch_moe_route(logits, n_tok, n_expert, k, renorm, ids, weights) would (the same
-// math and bits, kernels/moe_route.cuh), so no routing launch runs before it; block 0 writes the
-// ids (the launch's ids argument, which must be this ids) and the weights for the launches after
-// it (down, the combine). n_expert <= k_moe_fused_route_max_experts and k <= n_expert; logits
-// not written by the launch.
-constexpr int k_moe_fused_route_max_experts = 256;
-struct moe_fused_route {
-  const float* logits = nullptr;  // [n_tok][n_expert]
-  int32_t* ids = nullptr;         // [n_tok * k], written
-  float* weights = nullptr;       // [n_tok * k], written
-  bool renorm = false;
-};
-
 // launch_moe_matvec for 1..k_moe_max_outputs matrix sets sharing type, shapes, x and ids in one
 // launch (gate and up: x quantized once). With x_quantized, work already holds x's int8 copy for
 // (n_in, x rows) in matvec_x_parts layout (from launch_moe_swiglu_q8, launch_swiglu_q8 or
-// launch_rms_norm_q8) and x (floats) is not read by quantized types. With route (x_stride 0
-// only), the launch routes the tokens itself (moe_fused_route).
+// launch_rms_norm_q8) and x (floats) is not read by quantized types.
 cudaError_t launch_moe_matvec_multi(ggml_type t, const moe_matvec_output* outs, int n_outs,
                                     size_t expert_stride_bytes, int n_expert, int64_t n_in, int64_t n_out,
                                     const float* x, int64_t x_stride, bool x_quantized, int n_tok, int k,
-                                    const int32_t* ids, void* work, cudaStream_t stream,
-                                    const moe_fused_route* route = nullptr);
+                                    const int32_t* ids, void* work, cudaStream_t stream);
 
 // out = silu(gate) * up over n_rows rows of n values (any n_rows, n % 32 == 0; out may alias
 // gate) and the mat-vec's int8 copy of out into work (matvec_x_parts(work, n, n_rows)), for the
@@ -95,11 +78,9 @@ cudaError_t launch_moe_swiglu_q8(const float* gate, const float* up, float* out,
 // launch_moe_matvec_multi's with x_stride 0, and a type gpu_can_moe_matvec_swiglu takes (those
 // of int8 x).
 bool gpu_can_moe_matvec_swiglu(ggml_type t, int64_t n_out);  // and n_out % 32 == 0
-// With route, the (first) launch routes the tokens itself (moe_fused_route).
 cudaError_t launch_moe_matvec_swiglu(ggml_type t, const moe_matvec_output* gate_up, size_t expert_stride_bytes,
                                      int n_expert, int64_t n_in, int64_t n_out, const void* x_work, int n_tok, int k,
-                                     const int32_t* ids, void* h_work, cudaStream_t stream,
-                                     const moe_fused_route* route = nullptr);
+                                     const int32_t* ids, void* h_work, cudaStream_t stream);
 
 // The shared expert's term of launch_moe_combine: y (n_tok rows of n_embd) scaled by
 // sigmoid(g_t), the gate logit g_t = gate_logits[t], or where gate_logits is null gate_row · x[t]

@@ -13,7 +13,6 @@
 #include "kernels/matvec.h"
 #include "kernels/matvec_types.cuh"
 #include "kernels/matvec_x.cuh"
-#include "kernels/moe_route.cuh"
 #include "kernels/pdl.cuh"
 
 namespace tandem {
@@ -45,37 +44,7 @@ struct mv_params {
   const int32_t* ids;
   x_view xs;         // x floats (xf) and its int8 copy (qx, ds), rows n_in apart in the copy
   int64_t x_stride;  // floats between pair rows of xf; 0: rows by token, n_in apart
-  moe_fused_route route;  // logits set: each block routes the tokens itself (route_block)
-  int n_tok;
 };
-
-// Fused routing (moe_fused_route): the block's warps route tokens w, w + n_warps, ... into the
-// block's shared ids, and block 0 writes ids and weights out. Every thread of the block calls it;
-// the ids are valid after it returns.
-constexpr int k_moe_max_pairs = k_moe_matvec_max_tokens * k_moe_max_k;
-
-__device__ __forceinline__ void route_block(const mv_params& p, int n_warps, int32_t* s_ids) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int t = warp; t < p.n_tok; t += n_warps) {
-    const float* row = p.route.logits + static_cast<int64_t>(t) * p.n_expert;
-    const auto logit = [row](int e) { return row[e]; };
-    int id;
-    float w;
-    // The routing kernel's PL for 128 and 256 experts (and 4 below 128: the same selection and
-    // bits, as the lanes' extra entries hold nothing). 512 experts (16 a lane) are not fused:
-    // their sort's registers would cost the launch blocks (k_moe_fused_route_max_experts).
-    if (p.n_expert <= 128) {
-      route_warp<4>(logit, p.n_expert, p.k, p.route.renorm, id, w);
-    } else {
-      route_warp<8>(logit, p.n_expert, p.k, p.route.renorm, id, w);
-    }
-    if (lane < p.k) {
-      s_ids[t * p.k + lane] = id;
-      if (blockIdx.x == 0) p.route.ids[t * p.k + lane] = id, p.route.weights[t * p.k + lane] = w;
-    }
-  }
-  __syncthreads();
-}
 
 // The weight rows, their matrix's end, x and output of a group (for one sub-warp).
 template <int R>
@@ -88,12 +57,11 @@ struct mv_group {
   bool valid;    // the pair's id is an expert
 };
 
-// ids: p.ids (global, Routed false) or the block's shared copy where the launch routes for itself.
-template <int R, int NS, bool Routed>
-__device__ __forceinline__ mv_group<R> setup_group(const mv_params& p, const int32_t* ids, int64_t g, int sub) {
+template <int R, int NS>
+__device__ __forceinline__ mv_group<R> setup_group(const mv_params& p, int64_t g, int sub) {
   const int64_t pm = g / p.groups_per_mat, rg = g % p.groups_per_mat;
   const int pair = static_cast<int>(pm / p.n_mats), m = static_cast<int>(pm % p.n_mats);
-  const int e = Routed ? ids[pair] : __ldg(ids + pair);
+  const int e = __ldg(p.ids + pair);
   mv_group<R> s;
   s.valid = e >= 0 && e < p.n_expert;
   // Constant indices into the parameter arrays (a runtime index would copy them to local memory).
@@ -125,7 +93,7 @@ constexpr int k_mv_warps = 4;  // independent warps (walkers) per block
 // the down projection's, would leave most of a 32-lane warp idle). As in matvec_kernel, the
 // weights of a lane's next pieces (the next group's at a row's end) are loaded before the current
 // ones are used. The ids come from the previous kernel: no weight load before pdl_wait.
-template <class Q, int R, int SW, bool Routed>
+template <class Q, int R, int SW>
 __global__ void __launch_bounds__(32 * k_mv_warps) moe_matvec_kernel(mv_params p) {
   constexpr int NS = 32 / SW;
   using W = typename Q::raw;
@@ -134,12 +102,8 @@ __global__ void __launch_bounds__(32 * k_mv_warps) moe_matvec_kernel(mv_params p
   const int64_t step = static_cast<int64_t>(gridDim.x) * k_mv_warps;
   int64_t g = static_cast<int64_t>(blockIdx.x) * k_mv_warps + threadIdx.x / 32;
   pdl_wait();
-  // Routed: a kernel of its own (the routing's registers would cost the others occupancy).
-  __shared__ int32_t s_ids[Routed ? k_moe_max_pairs : 1];
-  const int32_t* ids = p.ids;
-  if constexpr (Routed) route_block(p, k_mv_warps, s_ids), ids = s_ids;
   if (g >= p.n_groups) return;
-  mv_group<R> s = setup_group<R, NS, Routed>(p, ids, g, sub);
+  mv_group<R> s = setup_group<R, NS>(p, g, sub);
   W cur[R];
   load_rows<Q, R>(s, sl, n_pieces, cur);
   for (; g < p.n_groups; g += step) {
@@ -154,7 +118,7 @@ __global__ void __launch_bounds__(32 * k_mv_warps) moe_matvec_kernel(mv_params p
       if (i + 1 < n_iter) {
         load_rows<Q, R>(c, pc + SW, n_pieces, nxt);
       } else if (g + step < p.n_groups) {
-        s = setup_group<R, NS, Routed>(p, ids, g + step, sub);
+        s = setup_group<R, NS>(p, g + step, sub);
         load_rows<Q, R>(s, sl, n_pieces, nxt);
       }
       if (pc < n_pieces && c.valid) {
@@ -221,7 +185,7 @@ __device__ __forceinline__ void load_pair_rows(const swiglu_rows& s, int64_t row
                         s.w[m] + s.left);
 }
 
-template <class Q, int SW, bool Routed>
+template <class Q, int SW>
 __global__ void __launch_bounds__(swiglu_shape<SW>::threads) moe_matvec_swiglu_kernel(mv_params p, int8_t* qh,
                                                                                        float2* dh) {
   using S = swiglu_shape<SW>;
@@ -233,13 +197,11 @@ __global__ void __launch_bounds__(swiglu_shape<SW>::threads) moe_matvec_swiglu_k
   const int64_t units_per_pair = p.n_out / 32;
   const int64_t n_q = blockIdx.x < p.n_groups ? ((p.n_groups - 1 - blockIdx.x) / gridDim.x + 1) * S::passes : 0;
   const auto unit_of = [&](int64_t q) { return blockIdx.x + q / S::passes * gridDim.x; };
-  __shared__ int32_t s_ids[Routed ? k_moe_max_pairs : 1];
-  const int32_t* ids = p.ids;
   const auto setup = [&](int64_t q) {
     const int64_t u = unit_of(q);
     const int pair = static_cast<int>(u / units_per_pair);
     const int64_t row0 = u % units_per_pair * 32 + (q % S::passes * S::warps * S::NS + sub) * RH;
-    const int e = Routed ? ids[pair] : __ldg(ids + pair);
+    const int e = __ldg(p.ids + pair);
     swiglu_rows s;
     s.valid = e >= 0 && e < p.n_expert;
     const int64_t at = (s.valid ? e : 0) * p.stride + row0 * p.row_bytes;
@@ -250,7 +212,6 @@ __global__ void __launch_bounds__(swiglu_shape<SW>::threads) moe_matvec_swiglu_k
     return s;
   };
   pdl_wait();
-  if constexpr (Routed) route_block(p, S::warps, s_ids), ids = s_ids;
   if (n_q == 0) return;  // the whole block: the barrier below is never split
   swiglu_rows s = setup(0);
   W cur[2][RH];
@@ -305,31 +266,25 @@ __global__ void __launch_bounds__(swiglu_shape<SW>::threads) moe_matvec_swiglu_k
   }
 }
 
-template <class Q, int R, int SW, bool Routed>
-cudaError_t launch_mv_as(mv_params p, int n_pairs, cudaStream_t s) {
+template <class Q, int R, int SW>
+cudaError_t launch_mv(mv_params p, int n_pairs, cudaStream_t s) {
   constexpr int NS = 32 / SW;
-  constexpr auto kernel = moe_matvec_kernel<Q, R, SW, Routed>;
   p.groups_per_mat = (p.n_out + R * NS - 1) / (R * NS);
   p.n_groups = p.groups_per_mat * p.n_mats * n_pairs;
   if (p.n_groups == 0) return cudaSuccess;
   int resident = 0;
-  const cudaError_t e = resident_blocks<kernel, 32 * k_mv_warps>(resident);
+  const cudaError_t e = resident_blocks<moe_matvec_kernel<Q, R, SW>, 32 * k_mv_warps>(resident);
   if (e != cudaSuccess) return e;
   const int64_t blocks = std::min<int64_t>((p.n_groups + k_mv_warps - 1) / k_mv_warps, resident);
-  return launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(32 * k_mv_warps), s, p);
-}
-
-template <class Q, int R, int SW>
-cudaError_t launch_mv(mv_params p, int n_pairs, cudaStream_t s) {
-  return p.route.logits ? launch_mv_as<Q, R, SW, true>(p, n_pairs, s) : launch_mv_as<Q, R, SW, false>(p, n_pairs, s);
+  return launch_pdl(moe_matvec_kernel<Q, R, SW>, dim3(static_cast<unsigned>(blocks)), dim3(32 * k_mv_warps), s, p);
 }
 
 // n_groups counts 32-row units here (n_out % 32 == 0); resident: the kernel's blocks that fit at once.
-template <class Q, int SW, bool Routed>
+template <class Q, int SW>
 cudaError_t launch_mv_swiglu(mv_params p, int n_pairs, int8_t* qh, float2* dh, int resident, cudaStream_t s) {
   p.n_groups = p.n_out / 32 * n_pairs;
   if (p.n_groups == 0) return cudaSuccess;
-  constexpr auto kernel = moe_matvec_swiglu_kernel<Q, SW, Routed>;
+  constexpr auto kernel = moe_matvec_swiglu_kernel<Q, SW>;
   const int64_t blocks = std::min<int64_t>(p.n_groups, resident);
   return launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(swiglu_shape<SW>::threads), s, p, qh, dh);
 }
@@ -400,20 +355,9 @@ cudaError_t check_matvec_args(ggml_type t, const moe_matvec_output* outs, int n_
   return expert_stride_bytes % 16 != 0 ? cudaErrorMisalignedAddress : cudaSuccess;
 }
 
-// cudaSuccess when route is null or valid for these arguments (moe_fused_route).
-cudaError_t check_route(const moe_fused_route* route, int n_expert, int k, int64_t x_stride, const int32_t* ids) {
-  if (!route) return cudaSuccess;
-  const bool ok = route->logits && route->weights && route->ids == ids && x_stride == 0 &&
-                  n_expert <= k_moe_fused_route_max_experts && k <= n_expert;
-  return ok ? cudaSuccess : cudaErrorInvalidValue;
-}
-
 mv_params matvec_params(const moe_matvec_output* outs, int n_outs, size_t expert_stride_bytes, int n_expert,
-                        int64_t n_in, int64_t n_out, const float* x, int64_t x_stride, int k, const int32_t* ids,
-                        int n_tok, const moe_fused_route* route) {
+                        int64_t n_in, int64_t n_out, const float* x, int64_t x_stride, int k, const int32_t* ids) {
   mv_params p{};
-  if (route) p.route = *route;
-  p.n_tok = n_tok;
   for (int i = 0; i < n_outs; ++i) p.w[i] = static_cast<const uint8_t*>(outs[i].w), p.y[i] = outs[i].y;
   p.n_mats = n_outs, p.n_expert = n_expert, p.k = k;
   p.stride = static_cast<int64_t>(expert_stride_bytes), p.n_out = n_out;
@@ -432,9 +376,8 @@ size_t moe_matvec_work_bytes(int64_t n_in, int n_x_rows) { return matvec_work_by
 cudaError_t launch_moe_matvec_multi(ggml_type t, const moe_matvec_output* outs, int n_outs,
                                     size_t expert_stride_bytes, int n_expert, int64_t n_in, int64_t n_out,
                                     const float* x, int64_t x_stride, bool x_quantized, int n_tok, int k,
-                                    const int32_t* ids, void* work, cudaStream_t stream, const moe_fused_route* route) {
+                                    const int32_t* ids, void* work, cudaStream_t stream) {
   cudaError_t e = check_matvec_args(t, outs, n_outs, expert_stride_bytes, n_expert, n_in, n_out, x_stride, n_tok, k, ids);
-  if (e == cudaSuccess) e = check_route(route, n_expert, k, x_stride, ids);
   if (e != cudaSuccess) return e;
   const bool int8 = reads_int8_x(t);
   if ((!int8 || !x_quantized) && !aligned(x, 16)) return cudaErrorMisalignedAddress;
@@ -442,7 +385,7 @@ cudaError_t launch_moe_matvec_multi(ggml_type t, const moe_matvec_output* outs, 
   if (int8 && !aligned(work, 16)) return cudaErrorMisalignedAddress;
   if (n_tok == 0 || n_out == 0) return cudaSuccess;
   const int n_pairs = n_tok * k, n_x_rows = x_stride == 0 ? n_tok : n_pairs;
-  mv_params p = matvec_params(outs, n_outs, expert_stride_bytes, n_expert, n_in, n_out, x, x_stride, k, ids, n_tok, route);
+  mv_params p = matvec_params(outs, n_outs, expert_stride_bytes, n_expert, n_in, n_out, x, x_stride, k, ids);
   if (int8) {
     const matvec_qx qx = matvec_x_parts(work, n_in, n_x_rows);
     p.xs.qx = qx.q, p.xs.ds = qx.ds;
@@ -462,15 +405,14 @@ bool gpu_can_moe_matvec_swiglu(ggml_type t, int64_t n_out) {
 
 cudaError_t launch_moe_matvec_swiglu(ggml_type t, const moe_matvec_output* gate_up, size_t expert_stride_bytes,
                                      int n_expert, int64_t n_in, int64_t n_out, const void* x_work, int n_tok, int k,
-                                     const int32_t* ids, void* h_work, cudaStream_t stream,
-                                     const moe_fused_route* route) {
+                                     const int32_t* ids, void* h_work, cudaStream_t stream) {
   if (!gpu_can_moe_matvec_swiglu(t, n_out) || !x_work || !h_work) return cudaErrorInvalidValue;
-  cudaError_t e = check_matvec_args(t, gate_up, 2, expert_stride_bytes, n_expert, n_in, n_out, 0, n_tok, k, ids);
-  if (e == cudaSuccess) e = check_route(route, n_expert, k, 0, ids);
+  const cudaError_t e =
+      check_matvec_args(t, gate_up, 2, expert_stride_bytes, n_expert, n_in, n_out, 0, n_tok, k, ids);
   if (e != cudaSuccess) return e;
   if (!aligned(x_work, 16) || !aligned(h_work, 16)) return cudaErrorMisalignedAddress;
   if (n_tok == 0) return cudaSuccess;
-  mv_params p = matvec_params(gate_up, 2, expert_stride_bytes, n_expert, n_in, n_out, nullptr, 0, k, ids, n_tok, route);
+  mv_params p = matvec_params(gate_up, 2, expert_stride_bytes, n_expert, n_in, n_out, nullptr, 0, k, ids);
   const matvec_qx qx = matvec_x_parts(const_cast<void*>(x_work), n_in, n_tok), qh = matvec_x_parts(h_work, n_out, n_tok * k);
   p.xs.qx = qx.q, p.xs.ds = qx.ds;
   return by_mq_type(t, [&](auto q) {
@@ -481,15 +423,12 @@ cudaError_t launch_moe_matvec_swiglu(ggml_type t, const moe_matvec_output* gate_
       return by_width(size_rows<Q>(p, n_in), [&](auto sw) {
         constexpr int SW = decltype(sw)::value;
         int resident = 0;
-        const bool routed = p.route.logits != nullptr;
         const cudaError_t r =
-            routed ? resident_blocks<moe_matvec_swiglu_kernel<Q, SW, true>, swiglu_shape<SW>::threads>(resident)
-                   : resident_blocks<moe_matvec_swiglu_kernel<Q, SW, false>, swiglu_shape<SW>::threads>(resident);
+            resident_blocks<moe_matvec_swiglu_kernel<Q, SW>, swiglu_shape<SW>::threads>(resident);
         if (r != cudaSuccess) return r;
         const int n_pairs = n_tok * k;
         if (n_out / 32 * n_pairs <= resident || swiglu_any_waves())
-          return routed ? launch_mv_swiglu<Q, SW, true>(p, n_pairs, qh.q, qh.ds, resident, stream)
-                        : launch_mv_swiglu<Q, SW, false>(p, n_pairs, qh.q, qh.ds, resident, stream);
+          return launch_mv_swiglu<Q, SW>(p, n_pairs, qh.q, qh.ds, resident, stream);
         // A second wave of fused blocks would double the passes on the critical path: the two
         // launches instead (the same bits).
         const cudaError_t m = launch_mv<Q, rows_of<Q>(), SW>(p, n_pairs, stream);

@@ -17,7 +17,6 @@
 
 #include "kernels/matvec.h"
 #include "kernels/moe.h"
-#include "kernels/moe_route.h"
 #include "quant/quant.h"
 #include "kernel_test_util.h"
 #include "moe_test_util.h"
@@ -220,98 +219,6 @@ TEST_P(moe_types, matvec_swiglu_is_matvec_then_swiglu_bits) {
   check_matvec_swiglu(t, 32, 2048, 768, 8, 8, false, true);  // the same fused, blocks taking several
   check_matvec_swiglu(t, 6, 512, 32, 5, 1, true);
   check_matvec_swiglu(t, 6, 512, 32, 5, 1, true, true);
-}
-
-// A launch that routes for itself (moe_fused_route) against launch_moe_route then the launch
-// without it: the same ids, weights and outputs, bit for bit, for 32..256 experts, 1..8 tokens,
-// renormalised or not, with tied logits, through the mat-vec (one and two matrix sets) and the
-// fused SwiGLU (one wave and past it).
-void check_fused_route(ggml_type t, int n_expert, int n_tok, int k, bool renorm, int form) {
-  const int64_t n_in = 512, n_out = 64;
-  SCOPED_TRACE(std::string(type_name(t)) + " E " + std::to_string(n_expert) + " tok " + std::to_string(n_tok) +
-               " k " + std::to_string(k) + (renorm ? " renorm" : "") + " form " + std::to_string(form));
-  const experts a = make_experts(t, n_expert, n_in, n_out, 21), b = make_experts(t, n_expert, n_in, n_out, 22);
-  const int n_pairs = n_tok * k;
-  auto logits = randoms(size_t(n_tok * n_expert), 23, -4.f, 4.f);
-  logits[1] = logits[0];  // a tie: the lower id first
-  if (n_expert > 40) logits[37] = logits[5];
-  dev<float> dl(logits), x(randoms(size_t(n_tok * n_in), 24));
-  dev<uint8_t> wa(a.q), wb(b.q), xw(moe_matvec_work_bytes(n_in, n_tok));
-  const auto run = [&](bool fused) {
-    dev<int32_t> ids(size_t(n_pairs), -7);
-    dev<float> w(static_cast<size_t>(n_pairs)), ya(size_t(n_pairs * n_out)), yb(size_t(n_pairs * n_out));
-    dev<uint8_t> hw(moe_matvec_work_bytes(n_out, n_pairs));
-    const moe_matvec_output outs[2] = {{wa.p, ya.p}, {wb.p, yb.p}};
-    const moe_fused_route fr{dl.p, ids.p, w.p, renorm};
-    if (!fused) {
-      EXPECT_EQ(launch_moe_route(dl.p, n_tok, n_expert, k, renorm, ids.p, w.p, nullptr), cudaSuccess);
-    }
-    const moe_fused_route* r = fused ? &fr : nullptr;
-    if (form == 2) setenv("TANDEM_MOE_SWIGLU_ANY_WAVES", "1", 1);
-    cudaError_t e = cudaSuccess;
-    if (form == 0) e = launch_moe_matvec_multi(t, outs, 1, a.stride, n_expert, n_in, n_out, x.p, 0, false, n_tok, k,
-                                               ids.p, xw.p, nullptr, r);
-    if (form == 1) e = launch_moe_matvec_multi(t, outs, 2, a.stride, n_expert, n_in, n_out, x.p, 0, false, n_tok, k,
-                                               ids.p, xw.p, nullptr, r);
-    if (form >= 2) {
-      // x's int8 copy first (the fused SwiGLU reads it), from a launch that does not route.
-      dev<int32_t> zero(size_t(n_pairs), 0);
-      e = launch_moe_matvec_multi(t, outs, 1, a.stride, n_expert, n_in, n_out, x.p, 0, false, n_tok, k, zero.p, xw.p,
-                                  nullptr);
-      if (e == cudaSuccess)
-        e = launch_moe_matvec_swiglu(t, outs, a.stride, n_expert, n_in, n_out, xw.p, n_tok, k, ids.p, hw.p, nullptr, r);
-    }
-    unsetenv("TANDEM_MOE_SWIGLU_ANY_WAVES");
-    EXPECT_EQ(e, cudaSuccess);
-    std::vector<uint8_t> bits;
-    const auto add = [&bits](const auto& v) {
-      const auto* p = reinterpret_cast<const uint8_t*>(v.data());
-      bits.insert(bits.end(), p, p + v.size() * sizeof(v[0]));
-    };
-    add(ids.host()), add(w.host()), add(ya.host());
-    if (form == 1) add(yb.host());
-    if (form >= 2) add(hw.host());
-    return bits;
-  };
-  const auto plain = run(false), fused = run(true);
-  ASSERT_EQ(plain, fused);
-}
-
-TEST_P(moe_types, fused_route_is_route_then_launch_bits) {
-  REQUIRE_GPU();
-  const ggml_type t = GetParam();
-  const int forms = gpu_can_moe_matvec_swiglu(t, 64) ? 4 : 2;
-  for (int form = 0; form < forms; ++form) {
-    check_fused_route(t, 128, 1, 8, true, form);
-    check_fused_route(t, 256, 1, 8, false, form);
-    check_fused_route(t, 32, 3, 4, true, form);
-    check_fused_route(t, 200, 8, 8, true, form);
-    check_fused_route(t, 64, 5, 2, false, form);
-  }
-}
-
-TEST(moe, fused_route_rejects_bad_arguments) {
-  REQUIRE_GPU();
-  dev<uint8_t> w(size_t(1 << 20)), xw(moe_matvec_work_bytes(256, 8)), hw(moe_matvec_work_bytes(64, 16));
-  dev<float> y(size_t(4096)), u(size_t(4096)), logits(size_t(4096)), wt(size_t(64));
-  dev<int32_t> ids(size_t(64), 0), other(size_t(64), 0);
-  const auto q4k = ggml_type::q4_k;
-  const moe_matvec_output o[2] = {{w.p, y.p}, {w.p, u.p}};
-  const moe_fused_route ok{logits.p, ids.p, wt.p, true}, no_logits{nullptr, ids.p, wt.p, true},
-      no_weights{logits.p, ids.p, nullptr, true};
-  const auto mv = [&](const moe_fused_route* r, int n_expert, int k, int64_t x_stride, const int32_t* id) {
-    return launch_moe_matvec_multi(q4k, o, 1, 4096, n_expert, 256, 64, y.p, x_stride, false, 1, k, id, xw.p, nullptr, r);
-  };
-  EXPECT_EQ(mv(&no_logits, 8, 2, 0, ids.p), cudaErrorInvalidValue);
-  EXPECT_EQ(mv(&no_weights, 8, 2, 0, ids.p), cudaErrorInvalidValue);
-  EXPECT_EQ(mv(&ok, 8, 2, 0, other.p), cudaErrorInvalidValue);  // ids must be the route's
-  EXPECT_EQ(mv(&ok, 8, 2, 256, ids.p), cudaErrorInvalidValue);  // down's per-pair x: no routing
-  EXPECT_EQ(mv(&ok, k_moe_fused_route_max_experts + 1, 2, 0, ids.p), cudaErrorInvalidValue);
-  EXPECT_EQ(mv(&ok, 2, 3, 0, ids.p), cudaErrorInvalidValue);  // k > n_expert
-  EXPECT_EQ(launch_moe_matvec_swiglu(q4k, o, 4096, 8, 256, 64, xw.p, 1, 2, other.p, hw.p, nullptr, &ok),
-            cudaErrorInvalidValue);
-  EXPECT_EQ(mv(&ok, 8, 2, 0, ids.p), cudaSuccess);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 INSTANTIATE_TEST_SUITE_P(all, moe_types, ::testing::ValuesIn(k_types),

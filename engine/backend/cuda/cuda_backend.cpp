@@ -58,8 +58,6 @@ status cuda_backend::init(const cuda_backend_options& opt) {
   side_stream_ = !(side && std::string_view(side) == "0");
   const char* fused = std::getenv("TANDEM_CUDA_FUSED_SWIGLU");
   fused_swiglu_ = !(fused && std::string_view(fused) == "0");
-  const char* routing = std::getenv("TANDEM_CUDA_FUSED_ROUTING");
-  fused_routing_ = routing && std::string_view(routing) == "1";
   upload_options up;
   up.slot_bytes = opt.staging_bytes;
   up.threads = opt.upload_threads;

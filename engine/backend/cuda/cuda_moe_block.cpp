@@ -81,11 +81,8 @@ status cuda_backend::moe_block(uint32_t il) {
     TANDEM_TRY(ctx_->fork_side());
     TANDEM_TRY(moe_shared_expert_decode(L, xn, T, true, sh));
   }
-  // TANDEM_CUDA_FUSED_ROUTING=1: decode's gate/up launch routes the tokens itself (each block
-  // from the router's logits), one launch fewer on the chain. An experiment until timed.
-  const bool fuse = dec && fused_routing_ && hp_.n_expert <= uint32_t(k_moe_fused_route_max_experts);
-  TANDEM_TRY(route(L, xn, T, fuse));
-  TANDEM_TRY(dec ? moe_experts_decode(L, xn, T, xq, fuse) : moe_experts_prefill(L, xn, T));
+  TANDEM_TRY(route(L, xn, T));
+  TANDEM_TRY(dec ? moe_experts_decode(L, xn, T, xq) : moe_experts_prefill(L, xn, T));
   if (shared && !side) TANDEM_TRY(moe_shared_expert(L, xn, T, xq, !dec, sh));
   if (side) TANDEM_TRY(ctx_->join_side());
   // Decode: the next layer's input norm folds into the combine (one launch fewer a layer).
@@ -105,15 +102,11 @@ status cuda_backend::moe_block(uint32_t il) {
 // int8 input) take one launch where the norm left xn's int8 copy in matvec_work_ and gate and up
 // share a type that reads int8 x; else gate and up take one launch when they share a type, and
 // the SwiGLU its own.
-status cuda_backend::moe_experts_decode(const device_layer& L, const float* xn, int T, bool x_quantized, bool routes) {
+status cuda_backend::moe_experts_decode(const device_layer& L, const float* xn, int T, bool x_quantized) {
   const cudaStream_t s = ctx_->stream();
   const int k = int(hp_.n_expert_used), n_exp = int(hp_.n_expert);
   const int64_t E = hp_.n_embd, F = hp_.n_ff_exp;
   const int32_t* ids = moe_ids_.get<int32_t>();
-  // routes: the first launch below routes the tokens (route() left only the logits).
-  const moe_fused_route fr{moe_logits_.get<float>(), moe_ids_.get<int32_t>(), moe_w_.get<float>(),
-                           hp_.expert_weights_norm};
-  const moe_fused_route* r = routes ? &fr : nullptr;
   float *g = moe_gate_.get<float>(), *u = moe_up_.get<float>();
   void* work = moe_work_.get();
   const size_t gu_stride = expert_stride(L.gate_exps, F);
@@ -121,15 +114,15 @@ status cuda_backend::moe_experts_decode(const device_layer& L, const float* xn, 
   const bool same = L.gate_exps.type == L.up_exps.type;
   if (fused_swiglu_ && x_quantized && same && gpu_can_moe_matvec_swiglu(L.gate_exps.type, F)) {
     TANDEM_CUDA_TRY(launch_moe_matvec_swiglu(L.gate_exps.type, outs, gu_stride, n_exp, E, F, matvec_work_.get(), T, k,
-                                             ids, work, s, r));
+                                             ids, work, s));
     TANDEM_TRY(mark("experts gate up swiglu"));
   } else {
     if (same) {
       TANDEM_CUDA_TRY(launch_moe_matvec_multi(L.gate_exps.type, outs, 2, gu_stride, n_exp, E, F, xn, 0, x_quantized,
-                                              T, k, ids, x_quantized ? matvec_work_.get() : work, s, r));
+                                              T, k, ids, x_quantized ? matvec_work_.get() : work, s));
     } else {
-      TANDEM_CUDA_TRY(launch_moe_matvec_multi(L.gate_exps.type, outs, 1, gu_stride, n_exp, E, F, xn, 0, false, T, k,
-                                              ids, work, s, r));
+      TANDEM_CUDA_TRY(launch_moe_matvec(L.gate_exps.type, L.gate_exps.data, gu_stride, n_exp, E, F, xn, 0, T, k, ids,
+                                        g, work, s));
       TANDEM_CUDA_TRY(launch_moe_matvec(L.up_exps.type, L.up_exps.data, expert_stride(L.up_exps, F), n_exp, E, F, xn,
                                         0, T, k, ids, u, work, s));
     }
@@ -145,11 +138,10 @@ status cuda_backend::moe_experts_decode(const device_layer& L, const float* xn, 
 
 // The router's logits (float32 products for float32 routers: they pick the experts) and each
 // token's k experts.
-status cuda_backend::route(const device_layer& L, const float* xn, int T, bool fused) {
+status cuda_backend::route(const device_layer& L, const float* xn, int T) {
   float* logits = moe_logits_.get<float>();
   TANDEM_TRY(T > k_matvec_max_tokens && L.router.type == ggml_type::f32 ? gemm_f32(ctx_->blas(), L.router, xn, T, logits)
                                                                          : matmul(L.router, xn, T, logits));
-  if (fused) return mark("router");  // the experts' first launch routes
   TANDEM_CUDA_TRY(launch_moe_route(logits, T, int(hp_.n_expert), int(hp_.n_expert_used), hp_.expert_weights_norm,
                                    moe_ids_.get<int32_t>(), moe_w_.get<float>(), ctx_->stream()));
   return mark("router");

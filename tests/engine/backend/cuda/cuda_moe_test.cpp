@@ -139,54 +139,6 @@ INSTANTIATE_TEST_SUITE_P(all, cuda_vs_cpu_moe,
                            return std::get<0>(info.param) + "_" + std::string(type_name(std::get<1>(info.param)));
                          });
 
-// Decode steps' logits with TANDEM_CUDA_FUSED_ROUTING=1 (read when the backend is made): the
-// experts' first launch routing for itself gives the same bits as the routing launch, and the
-// steps still replay from graphs.
-std::vector<float> decode_logits(const test::tiny_model& m, bool fused_routing) {
-  if (fused_routing) setenv("TANDEM_CUDA_FUSED_ROUTING", "1", 1);
-  auto gpu = make_cuda_backend(m.desc, cuda_backend_options{});
-  unsetenv("TANDEM_CUDA_FUSED_ROUTING");
-  EXPECT_TRUE(gpu.ok()) << (gpu.ok() ? "" : gpu.message());
-  if (!gpu) return {};
-  kv_cache_config cfg;
-  cfg.n_ctx = 64;
-  cfg.n_seq_max = 1;
-  auto cache = (*gpu)->make_cache(cfg);
-  EXPECT_TRUE(cache.ok());
-  if (!cache) return {};
-  const auto toks = random_tokens(32, 5, int32_t(m.desc.hp.n_vocab));
-  std::vector<float> all, l;
-  batch b;
-  for (int i = 0; i < 4; ++i) b.add(toks[i], 0, i, true);
-  for (int pos = 4; pos < 16; ++pos) {
-    EXPECT_TRUE((*gpu)->forward(b, **cache, l).ok());
-    all.insert(all.end(), l.begin(), l.end());
-    b.clear();
-    b.add(toks[pos], 0, pos, true);
-  }
-  EXPECT_GT((*gpu)->graph_replays(), 5u);
-  return all;
-}
-
-TEST(cuda_moe, fused_routing_changes_no_bits) {
-  REQUIRE_GPU();
-  for (const char* arch : {"qwen3moe", "qwen35moe"})
-    for (ggml_type t : {ggml_type::q8_0, ggml_type::f32}) {
-      SCOPED_TRACE(std::string(arch) + " " + std::string(type_name(t)));
-      test::tiny_model_options opt;
-      opt.arch = arch;
-      opt.hp = std::string(arch) == "qwen3moe" ? test::tiny_model_options::qwen3moe_hparams()
-                                               : test::tiny_model_options::qwen35moe_hparams();
-      opt.matrix_type = t;
-      auto m = test::make_tiny_model(opt);
-      ASSERT_TRUE(m.ok()) << m.message();
-      const auto off = decode_logits(**m, false), on = decode_logits(**m, true);
-      ASSERT_FALSE(off.empty());
-      ASSERT_EQ(off.size(), on.size());
-      for (size_t i = 0; i < off.size(); ++i) ASSERT_EQ(off[i], on[i]) << "logit " << i;
-    }
-}
-
 // Splitting a MoE model over devices is refused with a clear error, not computed wrong.
 TEST(cuda_moe, split_is_refused) {
   REQUIRE_GPU();
