@@ -9,6 +9,7 @@
 // scripts/read_chain_floor.cu && /tmp/read_chain
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 
@@ -53,9 +54,12 @@ int main() {
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);
   std::printf("%s, %d SMs, %d blocks of 256 threads a launch\n", prop.name, sms, blocks);
-  const int N = 96;  // two launches a layer of a 48-layer model
   for (double mb : {0.5, 1.0, 2.0, 4.0, 8.0, 14.0, 32.0, 64.0}) {
     const size_t bytes = static_cast<size_t>(mb * (1 << 20)) / 16 * 16;
+    // At least 96 launches (two a layer of a 48-layer model), and enough that a slice is read
+    // again only after 512 MB of others (ten L2s), the graph's replays included.
+    const int N = static_cast<int>(std::max<size_t>(96, (size_t{512} << 20) / bytes));
+    const size_t stride = std::max<size_t>(bytes, size_t{8} << 20);
     const char* names[3] = {"pdl, wait first", "pdl, wait after reads", "plain launches"};
     std::printf("%5.1f MB:", mb);
     for (int way = 0; way < 3; ++way) {
@@ -72,8 +76,8 @@ int main() {
         at[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = at;
         cfg.numAttrs = way < 2 ? 1 : 0;
-        // A fresh slice each launch: N * 64 MB > the pool, so it wraps, far past L2.
-        const size_t at_byte = (size_t(k) * (size_t{64} << 20)) % (pool - bytes);
+        // A fresh slice each launch (8 MB or more apart; wrapping round the pool).
+        const size_t at_byte = (size_t(k) * stride) % (pool - bytes);
         cudaLaunchKernelEx(&cfg, stream_kernel, reinterpret_cast<const uint4*>(w + at_byte), bytes / 16, sink,
                            way < 2, way == 0);
       }
