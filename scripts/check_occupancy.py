@@ -43,7 +43,7 @@ THREADS = {"matvec_kernel": None, "rms_norm_wide_kernel": 256, "paged_attention_
            "qk_rope_store_kernel": 128, "dn_rule_kernel": 128, "dn_conv_kernel": 128,
            "moe_matvec_kernel": 128, "moe_gemm_kernel": 256, "moe_route_kernel": 128, "qgemm_kernel": 256,
            "qgemm_grouped_kernel": 256, "qgemm_frag_kernel": None,
-           "qgemm_frag_grouped_kernel": 256, "qgemm_frag_grouped_tall_kernel": 256,
+           "qgemm_frag_grouped_kernel": 256,
            "dn_chunk_prep_kernel": 256, "dn_chunk_prep_mma_kernel": 256,
            "dn_chunk_state_kernel": 128, "dn_rule_decode_kernel": 256, "moe_combine_norm_kernel": 256,
            "dn_chunk_state_mma_kernel": 256, "moe_matvec_swiglu_kernel": None}

@@ -1,45 +1,127 @@
-// What a chain of dependent launches costs with nothing to compute: N tiny kernels captured in one
-// CUDA graph, each reading what the previous wrote, with and without programmatic dependent
-// launch (docs/PERFORMANCE.md, MoE decode). Build and run: nvcc -std=c++17 -arch=sm_90 -o /tmp/chain
-// scripts/launch_chain_floor.cu && /tmp/chain
-#include <cstdio>
+// What a chain of dependent launches costs (docs/PERFORMANCE.md, MoE decode), timed from CUDA
+// graphs: (1) with nothing to compute, N tiny kernels each reading what the previous wrote, with
+// and without programmatic dependent launch (PDL); (2) when each streams S bytes of its own from
+// HBM (the decode mat-vecs without their arithmetic), S from 0.5 to 64 MB, with PDL waiting
+// before the reads (inputs from the launch before, as the expert mat-vecs' ids), PDL waiting only
+// after them (weights read during the previous launch's tail), and plain launches.
+// Build and run: nvcc -std=c++17 -arch=sm_90 -o /tmp/chain scripts/launch_chain_floor.cu && /tmp/chain
 #include <cuda_runtime.h>
-__global__ void step(const float* in, float* out, int n, int pdl) {
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+
+__device__ __forceinline__ void wait_prev(bool pdl) {
 #if __CUDA_ARCH__ >= 900
   if (pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  float v = i < n ? in[i] : 0.f;
+}
+
+__device__ __forceinline__ void let_next(bool pdl) {
 #if __CUDA_ARCH__ >= 900
   if (pdl) asm volatile("griddepcontrol.launch_dependents;");
 #endif
+}
+
+__global__ void step(const float* in, float* out, int n, int pdl) {
+  wait_prev(pdl);
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float v = i < n ? in[i] : 0.f;
+  let_next(pdl);
   if (i < n) out[i] = v * 1.0001f + 1.f;
 }
-int main() {
-  float *a, *b; int n = 1 << 14;
-  cudaMalloc(&a, n * 4); cudaMalloc(&b, n * 4); cudaMemset(a, 0, n * 4);
-  cudaStream_t s; cudaStreamCreate(&s);
-  for (int blocks : {1, 64, 132, 528})
-  for (int pdl = 0; pdl < 2; ++pdl) {
-    const int N = 672;
-    cudaGraph_t g; cudaGraphExec_t ge;
-    cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
-    for (int k = 0; k < N; ++k) {
-      cudaLaunchConfig_t cfg = {}; cudaLaunchAttribute at[1];
-      cfg.gridDim = blocks; cfg.blockDim = 256; cfg.stream = s;
-      at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization; at[0].val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = at; cfg.numAttrs = pdl;
-      int nn = blocks * 256 < n ? blocks * 256 : n;
-      cudaLaunchKernelEx(&cfg, step, (const float*)(k & 1 ? b : a), (k & 1 ? a : b), nn, pdl);
-    }
-    cudaStreamEndCapture(s, &g); cudaGraphInstantiate(&ge, g, 0);
-    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-    for (int w = 0; w < 3; ++w) cudaGraphLaunch(ge, s);
-    cudaEventRecord(e0, s);
-    for (int r = 0; r < 20; ++r) cudaGraphLaunch(ge, s);
-    cudaEventRecord(e1, s); cudaEventSynchronize(e1);
-    float ms; cudaEventElapsedTime(&ms, e0, e1);
-    printf("chain of %d kernels, %d blocks, pdl %d: %.2f us per kernel, %.3f ms per chain (%s)\n", N, blocks, pdl,
-           1e3 * ms / 20 / N, ms / 20, cudaGetErrorString(cudaGetLastError()));
+
+// Four independent 16-byte loads a thread an iteration; the sum is written only where it is a
+// value the data almost never gives, so the loads stay and the writes add no traffic.
+__global__ void __launch_bounds__(256) stream(const uint4* w, size_t n16, uint32_t* sink, bool pdl, bool wait_first) {
+  if (wait_first) wait_prev(pdl);
+  const size_t stride = size_t{gridDim.x} * blockDim.x;
+  uint32_t acc = 0;
+  size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n16; i += 4 * stride) {
+    const uint4 a = w[i], b = w[i + stride], c = w[i + 2 * stride], d = w[i + 3 * stride];
+    acc += (a.x ^ b.y) + (c.z ^ d.w) + (a.w ^ d.x);
   }
+  for (; i < n16; i += stride) acc += w[i].x;
+  if (!wait_first) wait_prev(pdl);
+  let_next(pdl);
+  if (acc == 0x9e3779b9u) sink[blockIdx.x] = acc;
+}
+
+// Microseconds a launch of a graph of N launches, launch(k, cfg) capturing the k-th (cfg has the
+// PDL attribute set or not).
+template <class F>
+double us_per_launch(cudaStream_t s, int N, bool pdl, F&& launch) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+  for (int k = 0; k < N; ++k) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.stream = s, cfg.attrs = at, cfg.numAttrs = pdl ? 1 : 0;
+    launch(k, cfg);
+  }
+  cudaStreamEndCapture(s, &g);
+  cudaGraphInstantiate(&ge, g, 0);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  for (int w = 0; w < 3; ++w) cudaGraphLaunch(ge, s);
+  const int reps = 10;
+  cudaEventRecord(e0, s);
+  for (int r = 0; r < reps; ++r) cudaGraphLaunch(ge, s);
+  cudaEventRecord(e1, s);
+  cudaEventSynchronize(e1);
+  float ms = 0.f;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaGraphExecDestroy(ge), cudaGraphDestroy(g), cudaEventDestroy(e0), cudaEventDestroy(e1);
+  return 1e3 * ms / reps / N;
+}
+
+int main() {
+  cudaStream_t s;
+  cudaStreamCreate(&s);
+  float *a, *b;
+  const int n = 1 << 14;
+  cudaMalloc(&a, n * 4), cudaMalloc(&b, n * 4), cudaMemset(a, 0, n * 4);
+  for (int blocks : {1, 64, 132, 528})
+    for (int pdl = 0; pdl < 2; ++pdl) {
+      const int N = 672, nn = std::min(blocks * 256, n);
+      const double us = us_per_launch(s, N, pdl, [&](int k, cudaLaunchConfig_t& cfg) {
+        cfg.gridDim = blocks, cfg.blockDim = 256;
+        cudaLaunchKernelEx(&cfg, step, (const float*)(k & 1 ? b : a), (k & 1 ? a : b), nn, pdl);
+      });
+      std::printf("chain of %d kernels, %d blocks, pdl %d: %.2f us per kernel, %.3f ms per chain (%s)\n", N, blocks,
+                  pdl, us, us * N / 1e3, cudaGetErrorString(cudaGetLastError()));
+    }
+
+  const size_t pool = size_t{2} << 30;
+  uint8_t* w = nullptr;
+  uint32_t* sink = nullptr;
+  if (cudaMalloc(&w, pool) != cudaSuccess || cudaMalloc(&sink, 1 << 20) != cudaSuccess) return 1;
+  cudaMemset(w, 0x5a, pool);
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const int blocks = sms * 8;  // 2,048 threads an SM
+  for (double mb : {0.5, 1.0, 2.0, 4.0, 8.0, 14.0, 32.0, 64.0}) {
+    const size_t bytes = static_cast<size_t>(mb * (1 << 20)) / 16 * 16;
+    // At least 96 launches (two a layer of a 48-layer model), and enough that a slice is read
+    // again only after 512 MB of others (ten L2s), the graph's replays included; slices 8 MB or
+    // more apart, wrapping round the pool.
+    const int N = static_cast<int>(std::max<size_t>(96, (size_t{512} << 20) / bytes));
+    const size_t apart = std::max<size_t>(bytes, size_t{8} << 20);
+    const char* names[3] = {"pdl, wait first", "pdl, wait after reads", "plain launches"};
+    std::printf("stream %5.1f MB a launch:", mb);
+    for (int way = 0; way < 3; ++way) {
+      const double us = us_per_launch(s, N, way < 2, [&](int k, cudaLaunchConfig_t& cfg) {
+        cfg.gridDim = blocks, cfg.blockDim = 256;
+        const size_t at = (size_t(k) * apart) % (pool - bytes);
+        cudaLaunchKernelEx(&cfg, stream, reinterpret_cast<const uint4*>(w + at), bytes / 16, sink, way < 2, way == 0);
+      });
+      std::printf("  %s %.2f us (%.0f GB/s)", names[way], us, bytes / us / 1e3);
+    }
+    std::printf("  [%s]\n", cudaGetErrorString(cudaGetLastError()));
+  }
+  return 0;
 }
