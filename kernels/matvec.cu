@@ -5,11 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
-#include "kernels/arch.h"
-#include "kernels/bulk_copy.cuh"
 #include "kernels/device_attribute.h"
 #include "kernels/matvec_fx.cuh"
 #include "kernels/matvec_types.cuh"
@@ -196,86 +193,6 @@ __global__ void __launch_bounds__(TB * WPB)
   }
 }
 
-// One token's mat-vec with its weights staged (sm_90). Each block copies its share of the rows
-// into shared memory first, then lets the next launch start and only then waits on the launch
-// before: in a chain of such launches a launch's weights stream while the one before computes,
-// two blocks of <= k_stage_bytes sharing an SM (scripts/launch_chain_floor.cu, one H100: 2 MB
-// a launch in 1.08 us this way against 2.08 through registers after the wait). Its warps then
-// dot groups of R rows out of shared memory, all 32 lanes on every row of a group.
-constexpr int k_staged_threads = 256;
-constexpr int64_t k_stage_bytes = 96 << 10;
-
-template <class Q, int R>
-__global__ void __launch_bounds__(k_staged_threads)
-    matvec_staged_kernel(jobs jb, int n_blocks, int64_t row_bytes, x_view xs, bool add, int rows_per_block) {
-  extern __shared__ __align__(128) uint8_t stage[];
-  __shared__ __align__(8) uint64_t bar;
-  const int64_t total = jb.n == 1 ? jb.row_end[0] : jb.n == 2 ? jb.row_end[1] : jb.row_end[2];
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block;
-  const int n_rows = static_cast<int>(min(total, r0 + rows_per_block) - r0);
-  // Each job's part of [r0, r0 + n_rows) is one contiguous run of bytes (rows are 16-byte
-  // multiples: the launcher's condition).
-  const auto each_run = [&](auto&& f) {
-#pragma unroll
-    for (int j = 0; j < k_max_jobs; ++j) {
-      if (j >= jb.n) break;
-      const int64_t start = j == 0 ? 0 : jb.row_end[j - 1];
-      const int64_t a = max(r0, start), b = min(r0 + n_rows, jb.row_end[j]);
-      if (a < b) f(stage + (a - r0) * row_bytes, jb.w[j] + (a - start) * row_bytes, (b - a) * row_bytes);
-    }
-  };
-  if constexpr (has_bulk_copy) {
-    if (threadIdx.x == 0) {
-      bar_init_expect(&bar, static_cast<uint32_t>(n_rows * row_bytes));
-      each_run([](uint8_t* dst, const uint8_t* src, int64_t bytes) {
-        for (int64_t o = 0; o < bytes; o += 16384)
-          bulk_copy_to_shared(dst + o, src + o, static_cast<uint32_t>(min(int64_t{16384}, bytes - o)), &bar);
-      });
-    }
-  } else {
-    each_run([](uint8_t* dst, const uint8_t* src, int64_t bytes) {
-      for (int64_t o = 16 * threadIdx.x; o < bytes; o += 16 * k_staged_threads)
-        *reinterpret_cast<uint4*>(dst + o) = __ldg(reinterpret_cast<const uint4*>(src + o));
-    });
-  }
-  pdl_trigger();
-  pdl_wait();     // x (and y, for add) come from the launches before
-  __syncthreads();  // the barrier's initialisation (or the plain copies) before any thread reads
-  bar_wait_first(&bar);
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n_pieces = n_blocks * Q::ppb;
-  const uint8_t* end = stage + n_rows * row_bytes;
-  for (int g = warp; g * R < n_rows; g += k_staged_threads / 32) {
-    const uint8_t* wrow[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) wrow[r] = stage + min(g * R + r, n_rows - 1) * row_bytes;
-    float acc[R] = {};
-    for (int p = lane; p < n_pieces; p += 32) {
-      const int b = p / Q::ppb, k = p % Q::ppb;
-      typename Q::raw w[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) w[r] = Q::template load<true>(wrow[r] + b * sizeof(typename Q::block), k, end);
-      const typename Q::xpiece xp = Q::load_x(xs, 0, b, k);
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[r] += Q::dot(Q::decode(w[r], k), xp);
-    }
-    float mine = 0.f;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      float v = acc[r];
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == r) mine = v;
-    }
-    if (lane < R && g * R + lane < n_rows) {
-      const located l = locate(jb, r0 + g * R + lane);
-      float* out = l.y + l.local;
-      *out = add ? *out + mine : mine;
-    }
-  }
-}
-
 bool aligned(const void* p, uintptr_t to) { return reinterpret_cast<uintptr_t>(p) % to == 0; }
 
 struct device_facts {
@@ -357,57 +274,9 @@ struct rows_choice {
   int tokens;     // for 2..8 tokens
 };
 
-// TANDEM_CUDA_STAGED=0 in the environment keeps one token's mat-vecs on the register path (to
-// measure or rule the staged one out).
-bool staged_enabled() {
-  static const bool off = [] {
-    const char* e = std::getenv("TANDEM_CUDA_STAGED");
-    return e && e[0] == '0' && e[1] == 0;
-  }();
-  return !off && !g_tuning.no_staged;
-}
-
-// The rows each block of the staged kernel takes, or 0 where it does not serve: it needs sm_90
-// (bulk copies, early starts), rows of a 16-byte multiple and, with one block an SM, each
-// block's share within k_stage_bytes (a matrix of up to 12.4 MB on 132 SMs).
-int staged_rows_per_block(const jobs& jb, int64_t row_bytes) {
-  if (!staged_enabled() || kernel_arch() < 90 || row_bytes % 16 != 0) return 0;
-  const int sms = device_attribute<cudaDevAttrMultiProcessorCount>();
-  if (sms <= 0) return 0;
-  const int64_t rows = (jb.row_end[jb.n - 1] + sms - 1) / sms;
-  return rows * row_bytes <= k_stage_bytes ? static_cast<int>(rows) : 0;
-}
-
-template <class Q, int R>
-cudaError_t launch_staged(const jobs& jb, int n_blocks, int64_t row_bytes, x_view xs, bool add, int rows_per_block,
-                          cudaStream_t s) {
-  const cudaError_t e = allow_dynamic_smem_once<matvec_staged_kernel<Q, R>>(static_cast<int>(k_stage_bytes));
-  if (e != cudaSuccess) return e;
-  const int64_t total = jb.row_end[jb.n - 1];
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((total + rows_per_block - 1) / rows_per_block));
-  cfg.blockDim = dim3(k_staged_threads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(rows_per_block * row_bytes);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  if (pdl_supported() && !g_tuning.no_pdl) cfg.attrs = attr, cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, matvec_staged_kernel<Q, R>, jb, n_blocks, row_bytes, xs, add, rows_per_block);
-}
-
 template <class Q, int NT>
 cudaError_t launch_nt(const jobs& jb, int n_blocks, x_view xs, int n_tok, bool add, rows_choice rc,
                       cudaStream_t s) {
-  if constexpr (NT == 1) {
-    const int64_t row_bytes = static_cast<int64_t>(n_blocks) * sizeof(typename Q::block);
-    // Groups of R rows a warp, as many groups as the block's 8 warps.
-    if (const int rpb = staged_rows_per_block(jb, row_bytes); rpb > 0 && n_tok == 1) {
-      if (rpb >= 32) return launch_staged<Q, 4>(jb, n_blocks, row_bytes, xs, add, rpb, s);
-      if (rpb >= 16) return launch_staged<Q, 2>(jb, n_blocks, row_bytes, xs, add, rpb, s);
-      return launch_staged<Q, 1>(jb, n_blocks, row_bytes, xs, add, rpb, s);
-    }
-  }
   int R = g_tuning.rows_per_block;
   if (R == 0) {
     R = NT == 1 ? rc.one_token : rc.tokens;

@@ -95,7 +95,6 @@ struct matvec_tuning {
   bool no_pdl = false;           // no programmatic dependent launch after the x quantization
   bool wide_short_rows = false;  // Q6_K rows of <= 64 pieces keep 128-thread groups (as before)
   bool narrow_f32_rows = false;  // one token's F32 rows of >= 512 pieces keep 128-thread groups
-  bool no_staged = false;        // one token's mat-vecs never take the staged kernel (sm_90)
 };
 void matvec_set_tuning(const matvec_tuning& t);
 

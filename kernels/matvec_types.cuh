@@ -34,23 +34,14 @@ struct x_view {
 __device__ __forceinline__ float half_bits(uint32_t bits) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
 }
-// Loads by alignment. Weights in HBM go through the read-only path; Sh: the weights were staged
-// in shared memory first (the staged mat-vec, matvec.cu), read with ordinary loads.
-template <bool Sh, class T>
-__device__ __forceinline__ T ldw(const uint8_t* p) {
-  if constexpr (Sh) return *reinterpret_cast<const T*>(p);
-  else return __ldg(reinterpret_cast<const T*>(p));
+// Loads by alignment; every weight load goes through the read-only path.
+__device__ __forceinline__ uint32_t ld16(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const unsigned short*>(p));
 }
-template <bool Sh = false>
-__device__ __forceinline__ uint32_t ld16(const uint8_t* p) { return ldw<Sh, unsigned short>(p); }
-template <bool Sh = false>
-__device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) { return ld16<Sh>(p) | (ld16<Sh>(p + 2) << 16); }
-template <bool Sh = false>
-__device__ __forceinline__ uint32_t ld32(const uint8_t* p) { return ldw<Sh, unsigned int>(p); }
-template <bool Sh = false>
-__device__ __forceinline__ uint2 ld64(const uint8_t* p) { return ldw<Sh, uint2>(p); }
-template <bool Sh = false>
-__device__ __forceinline__ uint4 ld128(const uint8_t* p) { return ldw<Sh, uint4>(p); }
+__device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) { return ld16(p) | (ld16(p + 2) << 16); }
+__device__ __forceinline__ uint32_t ld32(const uint8_t* p) { return __ldg(reinterpret_cast<const unsigned int*>(p)); }
+__device__ __forceinline__ uint2 ld64(const uint8_t* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
+__device__ __forceinline__ uint4 ld128(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
 __device__ __forceinline__ int dp4a(uint32_t a, int b, int c) { return __dp4a(static_cast<int>(a), b, c); }
 
@@ -106,7 +97,7 @@ struct window {
   int s;
 };
 
-template <int S, int N, bool Sh = false>
+template <int S, int N>
 __device__ __forceinline__ window<N> load_window(const uint8_t* p, const uint8_t* limit) {
   static_assert(S + 14 <= 16 * N, "the window must hold the run at any even offset");
   window<N> r;
@@ -114,14 +105,14 @@ __device__ __forceinline__ window<N> load_window(const uint8_t* p, const uint8_t
   if (a0 + 16 * N <= limit) {
 #pragma unroll
     for (int c = 0; c < N; ++c) {
-      const uint4 v = ld128<Sh>(a0 + 16 * c);
+      const uint4 v = ld128(a0 + 16 * c);
       r.w[4 * c] = v.x, r.w[4 * c + 1] = v.y, r.w[4 * c + 2] = v.z, r.w[4 * c + 3] = v.w;
     }
     r.s = static_cast<int>(p - a0);
   } else {
 #pragma unroll
     for (int j = 0; j < 4 * N; ++j)
-      r.w[j] = 4 * j + 4 <= S ? ld32_a2<Sh>(p + 4 * j) : 4 * j + 2 <= S ? ld16<Sh>(p + 4 * j) : 0u;
+      r.w[j] = 4 * j + 4 <= S ? ld32_a2(p + 4 * j) : 4 * j + 2 <= S ? ld16(p + 4 * j) : 0u;
     r.s = 0;
   }
   return r;
@@ -195,9 +186,8 @@ struct small_type {
 template <class Base, int S, int N>
 struct windowed : Base {
   using raw = window<N>;
-  template <bool Sh = false>
   static __device__ __forceinline__ raw load(const uint8_t* blk, int, const uint8_t* limit) {
-    return load_window<S, N, Sh>(blk, limit);
+    return load_window<S, N>(blk, limit);
   }
 };
 
@@ -213,12 +203,11 @@ struct mq_q4_0 : windowed<small_type<block_q4_0, 8, false, false>, 18, 2> {
   }
 };
 struct mq_q4_1 : small_type<block_q4_1, 0, true, false> {
-  template <bool Sh = false>
   static __device__ __forceinline__ raw load(const uint8_t* blk, int, const uint8_t*) {
     raw r;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) r.q[i] = ld32<Sh>(blk + 4 + 4 * i);
-    r.d = ld32<Sh>(blk), r.qh = 0;
+    for (int i = 0; i < 4; ++i) r.q[i] = ld32(blk + 4 + 4 * i);
+    r.d = ld32(blk), r.qh = 0;
     return r;
   }
 };
@@ -234,12 +223,11 @@ struct mq_q5_0 : windowed<small_type<block_q5_0, 16, false, true>, 22, 3> {
   }
 };
 struct mq_q5_1 : small_type<block_q5_1, 0, true, true> {
-  template <bool Sh = false>
   static __device__ __forceinline__ raw load(const uint8_t* blk, int, const uint8_t*) {
-    const uint2 q0 = ld64<Sh>(blk + 8), q1 = ld64<Sh>(blk + 16);
+    const uint2 q0 = ld64(blk + 8), q1 = ld64(blk + 16);
     raw r;
     r.q[0] = q0.x, r.q[1] = q0.y, r.q[2] = q1.x, r.q[3] = q1.y;
-    r.d = ld32<Sh>(blk), r.qh = ld32<Sh>(blk + 4);
+    r.d = ld32(blk), r.qh = ld32(blk + 4);
     return r;
   }
 };
@@ -256,9 +244,8 @@ struct mq_q8_0 {
   using raw = window<3>;
   using dec = q8_dec;
   using xpiece = qx32;
-  template <bool Sh = false>
   static __device__ __forceinline__ raw load(const uint8_t* blk, int, const uint8_t* limit) {
-    return load_window<34, 3, Sh>(blk, limit);
+    return load_window<34, 3>(blk, limit);
   }
   static __device__ __forceinline__ dec decode(const raw& r, int) {
     uint32_t o[9];
@@ -311,15 +298,14 @@ struct k45_type {
   using raw = k45_raw;
   using dec = k45_dec;
   using xpiece = qx32;
-  template <bool Sh = false>
   static __device__ __forceinline__ raw load(const uint8_t* blk, int k, const uint8_t*) {
     const int g = k >> 1, j = k & 1;
     raw r;
-    r.q = ld128<Sh>(blk + (Five ? 48 : 16) + 32 * g + 16 * j);
-    r.h = Five ? ld128<Sh>(blk + 16 + 16 * j) : make_uint4(0, 0, 0, 0);
+    r.q = ld128(blk + (Five ? 48 : 16) + 32 * g + 16 * j);
+    r.h = Five ? ld128(blk + 16 + 16 * j) : make_uint4(0, 0, 0, 0);
     // d, dmin and the 12 scale bytes are the block's first 16 bytes (blocks of 144 and 176 bytes
     // keep 16-byte alignment): one load instead of four.
-    const uint4 hd = ld128<Sh>(blk);
+    const uint4 hd = ld128(blk);
     r.dm = hd.x, r.s0 = hd.y, r.s1 = hd.z, r.s2 = hd.w;
     return r;
   }
@@ -390,12 +376,11 @@ struct mq_q4_k {
   using raw = q4k_raw;
   using dec = q4k_dec;
   using xpiece = q4k_x;
-  template <bool Sh = false>
   static __device__ __forceinline__ raw load(const uint8_t* blk, int k, const uint8_t*) {
     raw r;
-    r.a = ld128<Sh>(blk + 16 + 32 * k);
-    r.b = ld128<Sh>(blk + 32 + 32 * k);
-    const uint4 hd = ld128<Sh>(blk);
+    r.a = ld128(blk + 16 + 32 * k);
+    r.b = ld128(blk + 32 + 32 * k);
+    const uint4 hd = ld128(blk);
     r.dm = hd.x, r.s0 = hd.y, r.s1 = hd.z, r.s2 = hd.w;
     return r;
   }
@@ -459,7 +444,6 @@ struct mq_q6_k {
   using raw = q6_raw;
   using dec = q6_dec;
   using xpiece = q6_x;
-  template <bool Sh = false>
   static __device__ __forceinline__ raw load(const uint8_t* blk, int k, const uint8_t*) {
     const int h = k >> 2, c = k & 3;
     const auto mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(blk) & 3u);
@@ -469,15 +453,15 @@ struct mq_q6_k {
 #pragma unroll
     for (int i = 0; i < 3; ++i) {
       if (i < 2 || mis) {
-        r.a[i] = ld32<Sh>(base + 64 * h + 8 * c + 4 * i);
-        r.b[i] = ld32<Sh>(base + 64 * h + 32 + 8 * c + 4 * i);
-        r.hb[i] = ld32<Sh>(base + 128 + 32 * h + 8 * c + 4 * i);
-        r.sc[i] = ld32<Sh>(base + 192 + 8 * h + 4 * i);
+        r.a[i] = ld32(base + 64 * h + 8 * c + 4 * i);
+        r.b[i] = ld32(base + 64 * h + 32 + 8 * c + 4 * i);
+        r.hb[i] = ld32(base + 128 + 32 * h + 8 * c + 4 * i);
+        r.sc[i] = ld32(base + 192 + 8 * h + 4 * i);
       } else {
         r.a[i] = r.b[i] = r.hb[i] = r.sc[i] = 0u;
       }
     }
-    r.d = ld16<Sh>(blk + 208);
+    r.d = ld16(blk + 208);
     r.sh = 8 * mis;
     return r;
   }
@@ -544,10 +528,8 @@ struct mq_f32 {
   using raw = float4;
   using dec = float4;
   using xpiece = float4;
-  template <bool Sh = false>
   static __device__ __forceinline__ raw load(const uint8_t* blk, int k, const uint8_t*) {
-    if constexpr (Sh) return reinterpret_cast<const float4*>(blk)[k];
-    else return __ldg(reinterpret_cast<const float4*>(blk) + k);
+    return __ldg(reinterpret_cast<const float4*>(blk) + k);
   }
   static __device__ __forceinline__ dec decode(const raw& r, int) { return r; }
   static __device__ __forceinline__ xpiece load_x(const x_view& xs, int t, int b, int k) {
@@ -571,9 +553,8 @@ struct mq_f16 {
   using raw = uint4;
   using dec = f16_dec;
   using xpiece = f16_x;
-  template <bool Sh = false>
   static __device__ __forceinline__ raw load(const uint8_t* blk, int k, const uint8_t*) {
-    return ld128<Sh>(blk + 16 * k);
+    return ld128(blk + 16 * k);
   }
   static __device__ __forceinline__ dec decode(const raw& r, int) {
     const uint32_t words[4] = {r.x, r.y, r.z, r.w};

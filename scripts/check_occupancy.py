@@ -38,7 +38,7 @@ def blocks_per_sm(regs, threads):
 
 # Threads per block of each kernel family (the launchers' constants; the mat-vec's is the product
 # of its last two integer template arguments).
-THREADS = {"matvec_kernel": None, "matvec_staged_kernel": 256, "rms_norm_wide_kernel": 256, "paged_attention_kernel": 128,
+THREADS = {"matvec_kernel": None, "rms_norm_wide_kernel": 256, "paged_attention_kernel": 128,
            "paged_deep_kernel": 128, "flash_mma_kernel": 128,
            "qk_rope_store_kernel": 128, "dn_rule_kernel": 128, "dn_conv_kernel": 128,
            "moe_matvec_kernel": 128, "moe_gemm_kernel": 256, "moe_route_kernel": 128, "qgemm_kernel": 256,

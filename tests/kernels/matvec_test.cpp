@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -119,7 +118,8 @@ TEST_P(matvec_types, matches_cpu) {
 // Three fused outputs of different heights, with and without y += W·x, for every rows-per-block
 // variant; 4864 inputs make K-quant rows of an odd number of blocks (Q6_K rows then only 2-byte
 // aligned), 6144 even ones.
-void check_fused(ggml_type t, int64_t n_in, int n_tok, bool add, std::array<int64_t, 3> heights = {203, 64, 31}) {
+void check_fused(ggml_type t, int64_t n_in, int n_tok, bool add) {
+  const int64_t heights[3] = {203, 64, 31};
   const uint64_t rb = *row_bytes(t, n_in);
   std::vector<std::vector<uint8_t>> qs;
   std::vector<std::unique_ptr<dev<uint8_t>>> dw;
@@ -164,25 +164,6 @@ TEST_P(matvec_types, fused_outputs_and_add) {
         check_fused(t, n_in, 5, true);
       }
     }
-  matvec_set_tuning({});
-}
-
-// One token's launches on sm_90 take the staged kernel (each block's rows copied into shared
-// memory first) where a block's share fits: the same outputs as the register path, with every
-// rows-per-warp form (block shares of 3, 17 and 36 rows on 132 SMs), jobs split across blocks,
-// and y += W·x. 2048 inputs give every type rows of a 16-byte multiple; 4864 give Q6_K rows that
-// are not, which stay on the register path.
-TEST_P(matvec_types, staged_outputs_and_add) {
-  REQUIRE_GPU();
-  const ggml_type t = GetParam();
-  for (bool no_staged : {false, true}) {
-    matvec_tuning tune;
-    tune.no_staged = no_staged;
-    matvec_set_tuning(tune);
-    for (const std::array<int64_t, 3> h : {std::array<int64_t, 3>{203, 64, 31}, {1500, 512, 200}, {4000, 512, 200}})
-      for (bool add : {false, true}) check_fused(t, 2048, 1, add, h);
-    if (4864 % int64_t(type_info(t).block_size) == 0) check_fused(t, 4864, 1, true);
-  }
   matvec_set_tuning({});
 }
 
