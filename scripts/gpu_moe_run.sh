@@ -3,7 +3,8 @@
 # of docs/PERFORMANCE.md ("Mixture of experts"). Steps (env STEPS, default "build test kernels
 # bench"): build; test: every CTest test labelled gpu but the big.* timings; kernels: the MoE
 # kernels' timing tests (kernels_moe_test and kernels_moe_matvec_test big.*), the router's and
-# 2048-wide head's mat-vecs, and the launch-chain floors, empty and streaming (scripts/launch_chain_floor.cu); bench: random Q4_K_M
+# 2048-wide head's mat-vecs, the launch-chain floors, empty and streaming (scripts/launch_chain_floor.cu), and a 30B layer's
+# floor as a chain and as one persistent kernel (scripts/persistent_layer_floor.cu); bench: random Q4_K_M
 # models of PRESETS (default the Qwen3-30B-A3B and Qwen3.5-35B-A3B shapes), the first with
 # ceilings, the rest against them;
 # ab: each preset under each entry of AB_ENVS (variables joined by commas; default
@@ -57,7 +58,8 @@ fi
 if has kernels; then
   "$build/tests/kernels/kernels_moe_test" --gtest_filter='big.*' 2>&1 | grep -E "moe |dense|FAILED" | head -40
   "$build/tests/kernels/kernels_moe_matvec_test" --gtest_filter='big.*' 2>&1 | grep -E "moe |dense|FAILED" | head -20
-  nvcc -std=c++17 -arch=sm_90 -I. -o "$out/chain" scripts/launch_chain_floor.cu && "$out/chain" | grep -E "132 blocks|^stream"
+  nvcc -std=c++17 -arch=sm_90 -I. -o "$out/chain" scripts/launch_chain_floor.cu && "$out/chain" | grep -E "132 blocks|^stream|^smem|^l2"
+  nvcc -std=c++17 -arch=sm_90 -o "$out/layer" scripts/persistent_layer_floor.cu && timeout 120 "$out/layer"
   "$build/tests/kernels/kernels_matvec_test" --gtest_filter='big.router_bandwidth:big.head_bandwidth' 2>&1 |
     grep -E "^router|^head Q6_K +248320|FAILED" | head -20
   echo "kernel timings done at $SECONDS s"

@@ -3,7 +3,9 @@
 // and without programmatic dependent launch (PDL); (2) when each streams S bytes of its own from
 // HBM (the decode mat-vecs without their arithmetic), S from 0.5 to 64 MB, with PDL waiting
 // before the reads (inputs from the launch before, as the expert mat-vecs' ids), PDL waiting only
-// after them (weights read during the previous launch's tail), and plain launches.
+// after them (weights read during the previous launch's tail), and plain launches; (3) the same
+// bytes copied into shared memory (one block an SM) before the wait, the next launch let in at
+// once; (4) asked of L2 before the wait, then read through registers, at 1, 2 and 8 blocks an SM.
 // Build and run: nvcc -std=c++17 -arch=sm_90 -o /tmp/chain scripts/launch_chain_floor.cu && /tmp/chain
 #include <cuda_runtime.h>
 
