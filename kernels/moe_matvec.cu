@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(32 * k_mv_warps) moe_matvec_kernel(mv_params p
 }
 
 // Gate and up with the SwiGLU in the launch (x's int8 copy given). A block takes units of 32 rows
-// of one pair, grid-stride, in `passes` passes of its sub-warps, each pass RH rows of
+// of one pair, grid-stride, in `passes` passes of its sub-warps, each pass k_swiglu_rows rows of
 // each matrix a sub-warp, summed as moe_matvec_kernel sums them (the same lanes, pieces and
 // butterfly, so the same bits). Each row's h = silu(g) u goes to shared memory; after a unit's
 // last pass, the block's barrier, then warp 0 writes the unit's 32 floats and their int8 block as
@@ -152,16 +152,17 @@ __global__ void __launch_bounds__(32 * k_mv_warps) moe_matvec_kernel(mv_params p
 // device counter after a __threadfence lost, since the fence waits on the weight loads in flight
 // (docs/performance-history.md); a barrier does not, so the next pass's loads stay issued.
 // A block holds as many warps as ~170 registers a thread leave room for (8: one block an SM;
-// 16 spilled at the 128-register cap). RH rows of each matrix a sub-warp and pass: 2, or 1 where
-// the units outnumber one block an SM (fewer registers, two blocks an SM: one wave again).
-template <int SW, int RH>
+// 16 spilled at the 128-register cap).
+constexpr int k_swiglu_rows = 2;
+
+template <int SW>
 struct swiglu_shape {
-  static constexpr int NS = 32 / SW, slots = 32 / RH;  // sub-warps a unit needs
+  static constexpr int NS = 32 / SW, slots = 32 / k_swiglu_rows;  // sub-warps a unit needs
   static constexpr int warps = slots / NS < 8 ? slots / NS : 8, passes = slots / (warps * NS);
   static constexpr int threads = 32 * warps;
 };
 
-// A sub-warp's rows of one pass: RH consecutive rows of gate and of up, kept as one
+// A sub-warp's rows of one pass: k_swiglu_rows consecutive rows of gate and of up, kept as one
 // row pointer each (rows past n_out do not occur: n_out % 32 == 0) to hold registers down.
 struct swiglu_rows {
   const uint8_t* w[2];
@@ -171,23 +172,24 @@ struct swiglu_rows {
   bool valid;
 };
 
-template <class Q, int RH>
+template <class Q>
 __device__ __forceinline__ void load_pair_rows(const swiglu_rows& s, int64_t row_bytes, int pc, int n_pieces,
-                                               typename Q::raw (&w)[2][RH]) {
+                                               typename Q::raw (&w)[2][k_swiglu_rows]) {
   if (pc >= n_pieces || !s.valid) return;
   const int b = pc / Q::ppb, kk = pc % Q::ppb;
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
-    for (int r = 0; r < RH; ++r)
+    for (int r = 0; r < k_swiglu_rows; ++r)
       w[m][r] = Q::load(s.w[m] + r * row_bytes + static_cast<int64_t>(b) * sizeof(typename Q::block), kk,
                         s.w[m] + s.left);
 }
 
-template <class Q, int SW, int RH>
-__global__ void __launch_bounds__(swiglu_shape<SW, RH>::threads) moe_matvec_swiglu_kernel(mv_params p, int8_t* qh,
-                                                                                           float2* dh) {
-  using S = swiglu_shape<SW, RH>;
+template <class Q, int SW>
+__global__ void __launch_bounds__(swiglu_shape<SW>::threads) moe_matvec_swiglu_kernel(mv_params p, int8_t* qh,
+                                                                                       float2* dh) {
+  using S = swiglu_shape<SW>;
+  constexpr int RH = k_swiglu_rows;
   using W = typename Q::raw;
   __shared__ float hs[2][32];
   const int lane = threadIdx.x % 32, sl = lane % SW, sub = static_cast<int>(threadIdx.x / 32) * S::NS + lane / SW;
@@ -213,7 +215,7 @@ __global__ void __launch_bounds__(swiglu_shape<SW, RH>::threads) moe_matvec_swig
   if (n_q == 0) return;  // the whole block: the barrier below is never split
   swiglu_rows s = setup(0);
   W cur[2][RH];
-  load_pair_rows<Q, RH>(s, p.row_bytes, sl, n_pieces, cur);
+  load_pair_rows<Q>(s, p.row_bytes, sl, n_pieces, cur);
   for (int64_t q = 0, buf = 0; q < n_q; ++q) {
     if (q + 1 == n_q) pdl_trigger();
     float acc[2][RH] = {};
@@ -223,10 +225,10 @@ __global__ void __launch_bounds__(swiglu_shape<SW, RH>::threads) moe_matvec_swig
       const int pc = sl + i * SW;
       W nxt[2][RH];
       if (i + 1 < n_iter) {
-        load_pair_rows<Q, RH>(c, p.row_bytes, pc + SW, n_pieces, nxt);
+        load_pair_rows<Q>(c, p.row_bytes, pc + SW, n_pieces, nxt);
       } else if (q + 1 < n_q) {
         s = setup(q + 1);
-        load_pair_rows<Q, RH>(s, p.row_bytes, sl, n_pieces, nxt);
+        load_pair_rows<Q>(s, p.row_bytes, sl, n_pieces, nxt);
       }
       if (pc < n_pieces && c.valid) {
         const int b = pc / Q::ppb, kk = pc % Q::ppb;
@@ -278,13 +280,13 @@ cudaError_t launch_mv(mv_params p, int n_pairs, cudaStream_t s) {
 }
 
 // n_groups counts 32-row units here (n_out % 32 == 0); resident: the kernel's blocks that fit at once.
-template <class Q, int SW, int RH>
+template <class Q, int SW>
 cudaError_t launch_mv_swiglu(mv_params p, int n_pairs, int8_t* qh, float2* dh, int resident, cudaStream_t s) {
   p.n_groups = p.n_out / 32 * n_pairs;
   if (p.n_groups == 0) return cudaSuccess;
-  constexpr auto kernel = moe_matvec_swiglu_kernel<Q, SW, RH>;
+  constexpr auto kernel = moe_matvec_swiglu_kernel<Q, SW>;
   const int64_t blocks = std::min<int64_t>(p.n_groups, resident);
-  return launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(swiglu_shape<SW, RH>::threads), s, p, qh, dh);
+  return launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(swiglu_shape<SW>::threads), s, p, qh, dh);
 }
 
 // TANDEM_MOE_SWIGLU_ANY_WAVES=1: the fused launch even where its units outnumber its resident
@@ -292,12 +294,6 @@ cudaError_t launch_mv_swiglu(mv_params p, int n_pairs, int8_t* qh, float2* dh, i
 bool swiglu_any_waves() {
   const char* e = std::getenv("TANDEM_MOE_SWIGLU_ANY_WAVES");
   return e && e[0] == '1' && e[1] == 0;
-}
-
-// TANDEM_MOE_SWIGLU_ONE_ROW: 0, never the one-row form; 1, always (read at every launch).
-int swiglu_one_row() {
-  const char* e = std::getenv("TANDEM_MOE_SWIGLU_ONE_ROW");
-  return e && (e[0] == '0' || e[0] == '1') && e[1] == 0 ? e[0] - '0' : -1;
 }
 
 // Rows per sub-warp: matvec's one-token choices (measured there on an H200).
@@ -426,18 +422,13 @@ cudaError_t launch_moe_matvec_swiglu(ggml_type t, const moe_matvec_output* gate_
     } else {
       return by_width(size_rows<Q>(p, n_in), [&](auto sw) {
         constexpr int SW = decltype(sw)::value;
-        int two = 0, one = 0;
-        cudaError_t r = resident_blocks<moe_matvec_swiglu_kernel<Q, SW, 2>, swiglu_shape<SW, 2>::threads>(two);
-        if (r == cudaSuccess)
-          r = resident_blocks<moe_matvec_swiglu_kernel<Q, SW, 1>, swiglu_shape<SW, 1>::threads>(one);
+        int resident = 0;
+        const cudaError_t r =
+            resident_blocks<moe_matvec_swiglu_kernel<Q, SW>, swiglu_shape<SW>::threads>(resident);
         if (r != cudaSuccess) return r;
         const int n_pairs = n_tok * k;
-        const int64_t units = n_out / 32 * n_pairs;
-        const int one_row = swiglu_one_row();
-        if (one_row == 1 || (one_row == -1 && units > two && units <= one))
-          return launch_mv_swiglu<Q, SW, 1>(p, n_pairs, qh.q, qh.ds, one, stream);
-        if (units <= two || swiglu_any_waves())
-          return launch_mv_swiglu<Q, SW, 2>(p, n_pairs, qh.q, qh.ds, two, stream);
+        if (n_out / 32 * n_pairs <= resident || swiglu_any_waves())
+          return launch_mv_swiglu<Q, SW>(p, n_pairs, qh.q, qh.ds, resident, stream);
         // A second wave of fused blocks would double the passes on the critical path: the two
         // launches instead (the same bits).
         const cudaError_t m = launch_mv<Q, rows_of<Q>(), SW>(p, n_pairs, stream);

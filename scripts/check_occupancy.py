@@ -55,9 +55,8 @@ def threads_of(key):
     if family == "matvec_kernel":  # <Q, NT, R, TB, Pairs, warps per block>: TB * warps
         nums = re.findall(r"Li(\d+)E", key)
         return int(nums[-2]) * int(nums[-1])
-    if family == "moe_matvec_swiglu_kernel":  # <Q, SW, RH>: swiglu_shape (kernels/moe_matvec.cu)
-        sw, rh = (int(n) for n in re.findall(r"Li(\d+)E", key)[-2:])
-        return 32 * min((32 // rh) // (32 // sw), 8)
+    if family == "moe_matvec_swiglu_kernel":  # <Q, SW>: swiglu_shape (kernels/moe_matvec.cu), 128 at SW 8
+        return 128 if int(re.findall(r"Li(\d+)E", key)[-1]) == 8 else 256
     if family == "qgemm_frag_kernel":  # <decoder, W, NT8>: W warps (kernels/qgemm_frag.cu)
         return 32 * int(re.findall(r"Li(\d+)E", key)[-2])
     return THREADS[family]

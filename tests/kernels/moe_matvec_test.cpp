@@ -211,22 +211,14 @@ TEST_P(moe_types, matvec_swiglu_is_matvec_then_swiglu_bits) {
   }
   // 256 inputs: 8-lane sub-warps for K-quants (one pass a unit); 768: 16 lanes; 2048: whole
   // warps (two passes a unit). The Qwen shapes: 512 (Qwen3.5-35B) and 768 (Qwen3-30B) rows; the
-  // 35B's one token is 128 units, one wave on an H200 (132 SMs, one block each); the 30B's 192
-  // units take the one-row form there (two blocks an SM). Then every case in the one-row form
-  // (TANDEM_MOE_SWIGLU_ONE_ROW=1).
-  for (const char* one_row : {"", "1"}) {
-    SCOPED_TRACE(std::string("TANDEM_MOE_SWIGLU_ONE_ROW=") + one_row);
-    setenv("TANDEM_MOE_SWIGLU_ONE_ROW", one_row, 1);
-    check_matvec_swiglu(t, 128, 256, 64, 1, 8, false);
-    check_matvec_swiglu(t, 4, 768, 96, 3, 2, false);
-    check_matvec_swiglu(t, 16, 2048, 512, 1, 8, true);
-    check_matvec_swiglu(t, 16, 2048, 768, 1, 8, false);
-    check_matvec_swiglu(t, 32, 2048, 768, 8, 8, false);        // 1,536 units: the two launches
-    check_matvec_swiglu(t, 32, 2048, 768, 8, 8, false, true);  // the same fused, blocks taking several
-    check_matvec_swiglu(t, 6, 512, 32, 5, 1, true);
-    check_matvec_swiglu(t, 6, 512, 32, 5, 1, true, true);
-  }
-  unsetenv("TANDEM_MOE_SWIGLU_ONE_ROW");
+  // 35B's one token is 128 units, one wave on an H200 (132 SMs, one block each).
+  check_matvec_swiglu(t, 128, 256, 64, 1, 8, false);
+  check_matvec_swiglu(t, 4, 768, 96, 3, 2, false);
+  check_matvec_swiglu(t, 16, 2048, 512, 1, 8, true);
+  check_matvec_swiglu(t, 32, 2048, 768, 8, 8, false);        // 1,536 units: the two launches
+  check_matvec_swiglu(t, 32, 2048, 768, 8, 8, false, true);  // the same fused, blocks taking several
+  check_matvec_swiglu(t, 6, 512, 32, 5, 1, true);
+  check_matvec_swiglu(t, 6, 512, 32, 5, 1, true, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(all, moe_types, ::testing::ValuesIn(k_types),
