@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/layer_ops.h"
@@ -115,21 +117,38 @@ TEST_P(matvec_types, matches_cpu) {
   }
 }
 
+// A random matrix quantized and dequantized, once per (type, n_in, rows, seed) in a test's
+// process: the launch-form loops check the same matrices under every form, and quantizing them
+// each time (the K-quants' scale search: ~12 M weights/s) was most of their time.
+struct quantized {
+  std::vector<uint8_t> q;
+  std::vector<std::vector<float>> deq;
+};
+const quantized& matrix_of(ggml_type t, int64_t n_in, int64_t rows, uint32_t seed) {
+  static std::map<std::tuple<ggml_type, int64_t, int64_t, uint32_t>, quantized> memo;
+  auto [it, fresh] = memo.try_emplace({t, n_in, rows, seed});
+  if (fresh) {
+    it->second.q = quantize_matrix(t, randoms(n_in * rows, seed), n_in, rows);
+    it->second.deq = dequantize_matrix(t, it->second.q, n_in, rows);
+  }
+  return it->second;
+}
+
 // Three fused outputs of different heights, with and without y += W·x, for every rows-per-block
 // variant; 4864 inputs make K-quant rows of an odd number of blocks (Q6_K rows then only 2-byte
 // aligned), 6144 even ones.
 void check_fused(ggml_type t, int64_t n_in, int n_tok, bool add) {
   const int64_t heights[3] = {203, 64, 31};
   const uint64_t rb = *row_bytes(t, n_in);
-  std::vector<std::vector<uint8_t>> qs;
+  std::vector<const quantized*> qs;
   std::vector<std::unique_ptr<dev<uint8_t>>> dw;
   std::vector<std::unique_ptr<dev<float>>> dy;
   std::vector<std::vector<float>> y0;
   matvec_output outs[3];
   for (int j = 0; j < 3; ++j) {
-    qs.push_back(quantize_matrix(t, randoms(n_in * heights[j], 21 + j), n_in, heights[j]));
+    qs.push_back(&matrix_of(t, n_in, heights[j], 21 + j));
     y0.push_back(randoms(size_t(n_tok * heights[j]), 31 + j));
-    dw.push_back(std::make_unique<dev<uint8_t>>(qs[j]));
+    dw.push_back(std::make_unique<dev<uint8_t>>(qs[j]->q));
     dy.push_back(std::make_unique<dev<float>>(y0[j]));
     outs[j] = {dw[j]->p, heights[j], dy[j]->p};
   }
@@ -141,12 +160,12 @@ void check_fused(ggml_type t, int64_t n_in, int n_tok, bool add) {
   for (int tk = 0; tk < n_tok; ++tk) xs.push_back(quantize_x(x.data() + tk * n_in, n_in, int8_activations(t)));
   for (int j = 0; j < 3; ++j) {
     const auto y = dy[j]->host();
-    const auto deq = dequantize_matrix(t, qs[j], n_in, heights[j]);
+    const auto& deq = qs[j]->deq;
     for (int tk = 0; tk < n_tok; ++tk) {
       const std::string what = std::string(type_name(t)) + " n_in " + std::to_string(n_in) + " out " +
                                std::to_string(j) + " tok " + std::to_string(tk);
       for (int64_t o = 0; o < heights[j]; ++o)
-        check_output(t, qs[j].data() + o * rb, deq[o], xs[tk], x.data() + tk * n_in, n_in, y[tk * heights[j] + o],
+        check_output(t, qs[j]->q.data() + o * rb, deq[o], xs[tk], x.data() + tk * n_in, n_in, y[tk * heights[j] + o],
                      add ? y0[j][tk * heights[j] + o] : 0.f, what.c_str(), o);
     }
   }

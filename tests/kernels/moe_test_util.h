@@ -38,21 +38,33 @@ struct experts {
   size_t stride = 0;
 };
 
+// Random expert matrices. Every row is one of a pool of 257 random rows quantized once: row o of
+// expert e is pool row (seed + 131 e + 7 o) mod 257. 257 being prime, two experts (up to 257 of
+// them) differ at every row, and one expert's rows repeat only 257 apart. Quantizing every row
+// instead (the K-quants' scale search runs at ~12 M weights/s) took ~5 s a 32-expert gate or up
+// of the Qwen3-30B shape, and most of the GPU suite's time.
 inline experts make_experts(ggml_type t, int n_expert, int64_t n_in, int64_t n_out, uint32_t seed) {
+  constexpr int64_t k_pool = 257;
   experts x;
   const size_t rb = *row_bytes(t, n_in);
+  const auto pool = quantize_matrix(t, randoms(size_t(n_in * k_pool), seed), n_in, k_pool);
+  std::vector<float> deq(size_t(k_pool * n_in)), gemm(deq.size());
+  for (int64_t r = 0; r < k_pool; ++r) {
+    dequantize_row(t, pool.data() + r * rb, deq.data() + r * n_in, n_in);
+    test::gemm_weights(t, pool.data() + r * rb, n_in, gemm.data() + r * n_in);
+  }
   x.stride = (rb * n_out + 15) / 16 * 16;
   x.q.assign(x.stride * n_expert, 0);
   x.deq.resize(size_t(n_expert) * n_out * n_in);
   x.gemm.resize(x.deq.size());
-  for (int e = 0; e < n_expert; ++e) {
-    const auto q = quantize_matrix(t, randoms(size_t(n_in * n_out), seed + e), n_in, n_out);
-    std::copy(q.begin(), q.end(), x.q.begin() + e * x.stride);
+  for (int e = 0; e < n_expert; ++e)
     for (int64_t o = 0; o < n_out; ++o) {
-      dequantize_row(t, q.data() + o * rb, x.deq.data() + (size_t(e) * n_out + o) * n_in, n_in);
-      test::gemm_weights(t, q.data() + o * rb, n_in, x.gemm.data() + (size_t(e) * n_out + o) * n_in);
+      const int64_t r = (seed + 131 * int64_t(e) + 7 * o) % k_pool;
+      std::copy_n(pool.begin() + r * rb, rb, x.q.begin() + e * x.stride + o * rb);
+      const size_t at = (size_t(e) * n_out + o) * n_in;
+      std::copy_n(deq.begin() + r * n_in, n_in, x.deq.begin() + at);
+      std::copy_n(gemm.begin() + r * n_in, n_in, x.gemm.begin() + at);
     }
-  }
   return x;
 }
 
