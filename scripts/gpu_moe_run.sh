@@ -12,6 +12,9 @@
 # AB_ARGS (default "-p 0 -n 128 -r 2"), to set beside bench's figures;
 # sanitize: compute-sanitizer (memcheck, synccheck) over the kernel tests SANITIZE_TESTS (default
 # kernels_moe_matvec_test kernels_moe_route_test), big.* left out;
+# timeline: every kernel of a decode step of each preset as the chain runs it (graphs on; CUPTI via
+# scripts/kernel_timeline.cpp, read by scripts/timeline_step.py), by default and under each of
+# TIMELINE_ENVS (default none);
 # profile: where a prefill token of the last preset goes (launch groups, no graphs); decode:
 # where a decode token of each preset goes, kernel by kernel (ncu on a 4-layer copy, graphs off;
 # scripts/ncu_last_token.py), by default and under each of DECODE_ENVS (default none).
@@ -34,7 +37,7 @@ if has build; then
   cmake --build "$build" -j 16 -- -k 0 >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; }
   echo "build done at $SECONDS s"
 fi
-if has bench || has profile || has ab; then  # made on the CPU while the tests run, one after another (memory)
+if has bench || has profile || has ab || has timeline; then  # made on the CPU while the tests run, one after another (memory)
   (for p in $presets; do
      [[ -f $(model "$p") ]] || "$tm" make --preset "$p" --type Q4_K_M --row-pool 256 -o "$(model "$p")" -q
    done) &
@@ -98,6 +101,21 @@ if has decode; then
         --print-units base "$tm" bench -m "$m" -p 1 -n 4 -r 1 --no-ceilings >"$out/ncu-$tag.csv" 2>"$out/ncu-$tag.err"
       echo "decode kernels of $p (4 layers), $v:"
       python3 scripts/ncu_last_token.py "$out/ncu-$tag.csv" --width 90
+    done
+  done
+fi
+if has timeline; then  # every kernel of a decode step as the chain runs it (CUPTI, graphs on)
+  wait
+  g++ -std=c++17 -O2 -shared -fPIC -o "$out/libtimeline.so" scripts/kernel_timeline.cpp -I/usr/local/cuda/include \
+    -L/usr/local/cuda/lib64 -L/usr/local/cuda/extras/CUPTI/lib64 \
+    -Wl,-rpath,/usr/local/cuda/lib64:/usr/local/cuda/extras/CUPTI/lib64 -lcupti || echo "timeline: no CUPTI"
+  for p in $presets; do
+    for v in TANDEM_TIMELINE_DEFAULT=1 ${TIMELINE_ENVS:-}; do
+      tag=$p${v#TANDEM_TIMELINE_DEFAULT=1}
+      env "$v" TIMELINE_OUT="$out/timeline-$tag.csv" LD_PRELOAD="$out/libtimeline.so" \
+        "$tm" bench -m "$(model "$p")" -p 0 -n 8 -r 1 --no-ceilings >/dev/null 2>"$out/timeline-$tag.err"
+      echo "decode step of $p, $v:"
+      python3 scripts/timeline_step.py "$out/timeline-$tag.csv" --list 30 --width 48
     done
   done
 fi
