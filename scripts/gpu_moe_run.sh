@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, in one call: build for sm_90, then the mixture-of-experts checks and figures
 # of docs/PERFORMANCE.md ("Mixture of experts"). Steps (env STEPS, default "build test kernels
-# bench"): build; test: every CTest test labelled gpu but the big.* timings; kernels: the MoE
+# bench"): build; test: every CTest test labelled gpu but the big.* timings (CTEST_JOBS at once,
+# default 3); kernels: the MoE
 # kernels' timing tests (kernels_moe_test and kernels_moe_matvec_test big.*), the router's and
 # 2048-wide head's mat-vecs, the launch-chain floors, empty and streaming (scripts/launch_chain_floor.cu), and a 30B layer's
 # floor as a chain and as one persistent kernel (scripts/persistent_layer_floor.cu); bench: random Q4_K_M
@@ -43,7 +44,8 @@ if has bench || has profile || has ab || has timeline; then  # made on the CPU w
    done) &
 fi
 if has test; then
-  ctest --test-dir "$build" -L gpu -E "^big\." --timeout 300 >"$out/ctest.log" 2>&1
+  # Three at a time: most tests' time is their CPU reference (the machine has 16 cores).
+  ctest --test-dir "$build" -L gpu -E "^big\." -j "${CTEST_JOBS:-3}" --timeout 300 >"$out/ctest.log" 2>&1
   grep -E "tests passed|Failed|\*\*\*|Not Run" "$out/ctest.log" | head -30
   echo "tests done at $SECONDS s"
 fi
