@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # On the GPU machine, in one call: build for sm_90, then the mixture-of-experts checks and figures
 # of docs/PERFORMANCE.md ("Mixture of experts"). Steps (env STEPS, default "build test kernels
-# bench"): build; test: every CTest test labelled gpu but the big.* timings (CTEST_JOBS at once,
-# default 3); kernels: the MoE
-# kernels' timing tests (kernels_moe_test and kernels_moe_matvec_test big.*), the router's and
-# 2048-wide head's mat-vecs, the launch-chain floors, empty and streaming (scripts/launch_chain_floor.cu), and a 30B layer's
-# floor as a chain and as one persistent kernel (scripts/persistent_layer_floor.cu); bench: random Q4_K_M
-# models of PRESETS (default the Qwen3-30B-A3B and Qwen3.5-35B-A3B shapes), the first with
-# ceilings, the rest against them;
-# ab: each preset under each entry of AB_ENVS (variables joined by commas; default
-# "TANDEM_CUDA_FUSED_SWIGLU=0 TANDEM_MOE_SWIGLU_ANY_WAVES=1 TANDEM_CUDA_SIDE_STREAM=0"), with
-# AB_ARGS (default "-p 0 -n 128 -r 2"), to set beside bench's figures;
-# sanitize: compute-sanitizer (memcheck, synccheck) over the kernel tests SANITIZE_TESTS (default
-# kernels_moe_matvec_test kernels_moe_route_test), big.* left out;
-# timeline: every kernel of a decode step of each preset as the chain runs it (graphs on; CUPTI via
-# scripts/kernel_timeline.cpp, read by scripts/timeline_step.py), by default and under each of
-# TIMELINE_ENVS (default none);
-# profile: where a prefill token of the last preset goes (launch groups, no graphs); decode:
-# where a decode token of each preset goes, kernel by kernel (ncu on a 4-layer copy, graphs off;
-# scripts/ncu_last_token.py), by default and under each of DECODE_ENVS (default none).
+# bench"):
+# - build;
+# - test: every CTest test labelled gpu but the big.* timings, CTEST_JOBS at once (default 3);
+# - kernels: the MoE kernels' timing tests (kernels_moe_test and kernels_moe_matvec_test big.*),
+#   the router's and 2048-wide head's mat-vecs, the launch-chain floors, empty and streaming
+#   (scripts/launch_chain_floor.cu), and a 30B layer's floor as a chain and as one persistent
+#   kernel (scripts/persistent_layer_floor.cu);
+# - bench: random Q4_K_M models of PRESETS (default the Qwen3-30B-A3B and Qwen3.5-35B-A3B
+#   shapes), the first with ceilings, the rest against them;
+# - ab: each preset under each entry of AB_ENVS (variables joined by commas; default
+#   "TANDEM_CUDA_FUSED_SWIGLU=0 TANDEM_MOE_SWIGLU_ANY_WAVES=1 TANDEM_CUDA_SIDE_STREAM=0"), with
+#   AB_ARGS (default "-p 0 -n 128 -r 2"), to set beside bench's figures;
+# - sanitize: compute-sanitizer (memcheck, synccheck) over the kernel tests SANITIZE_TESTS
+#   (default kernels_moe_matvec_test kernels_moe_route_test), big.* left out;
+# - timeline: every kernel of a decode step of each preset as the chain runs it (graphs on;
+#   CUPTI via scripts/kernel_timeline.cpp, read by scripts/timeline_step.py), by default and
+#   under each of TIMELINE_ENVS (default none);
+# - profile: where a prefill token of the last preset goes (launch groups, no graphs);
+# - decode: where a decode token of each preset goes, kernel by kernel (ncu on a 4-layer copy,
+#   graphs off; scripts/ncu_last_token.py), by default and under each of DECODE_ENVS (default
+#   none).
 # Usage (repo root, .devdeps/ alongside): bash scripts/gpu_moe_run.sh
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
