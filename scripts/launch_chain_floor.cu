@@ -33,10 +33,10 @@ __global__ void step(const float* in, float* out, int n, int pdl) {
   if (i < n) out[i] = v * 1.0001f + 1.f;
 }
 
-// Four independent 16-byte loads a thread an iteration; the sum is written only where it is a
-// value the data almost never gives, so the loads stay and the writes add no traffic.
-__global__ void __launch_bounds__(256) stream(const uint4* w, size_t n16, uint32_t* sink, bool pdl, bool wait_first) {
-  if (wait_first) wait_prev(pdl);
+// The grid reads n16 16-byte words, four independent loads a thread an iteration; the caller
+// writes the sum only where it is a value the data almost never gives, so the loads stay and the
+// writes add no traffic.
+__device__ __forceinline__ uint32_t read_all(const uint4* w, size_t n16) {
   const size_t stride = size_t{gridDim.x} * blockDim.x;
   uint32_t acc = 0;
   size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
@@ -45,6 +45,12 @@ __global__ void __launch_bounds__(256) stream(const uint4* w, size_t n16, uint32
     acc += (a.x ^ b.y) + (c.z ^ d.w) + (a.w ^ d.x);
   }
   for (; i < n16; i += stride) acc += w[i].x;
+  return acc;
+}
+
+__global__ void __launch_bounds__(256) stream(const uint4* w, size_t n16, uint32_t* sink, bool pdl, bool wait_first) {
+  if (wait_first) wait_prev(pdl);
+  const uint32_t acc = read_all(w, n16);
   if (!wait_first) wait_prev(pdl);
   let_next(pdl);
   if (acc == 0x9e3779b9u) sink[blockIdx.x] = acc;
@@ -103,14 +109,7 @@ __global__ void __launch_bounds__(256) stream_l2(const uint4* w, size_t n16, uin
   }
   let_next(pdl);
   wait_prev(pdl);
-  const size_t stride = size_t{gridDim.x} * blockDim.x;
-  uint32_t acc = 0;
-  size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  for (; i + 3 * stride < n16; i += 4 * stride) {
-    const uint4 a = w[i], b = w[i + stride], c = w[i + 2 * stride], d = w[i + 3 * stride];
-    acc += (a.x ^ b.y) + (c.z ^ d.w) + (a.w ^ d.x);
-  }
-  for (; i < n16; i += stride) acc += w[i].x;
+  const uint32_t acc = read_all(w, n16);
   if (acc == 0x9e3779b9u) sink[blockIdx.x] = acc;
 #endif
 }
