@@ -1,11 +1,12 @@
-// What a decode layer's steps cost at the least, run two ways over 48 layers of the Qwen3-30B-A3B
-// shape's step list (docs/PERFORMANCE.md, "What 50% would take"): (1) a chain of launches, one a
-// step, as the backend runs them (programmatic dependent launch; weights known ahead are copied
-// into shared memory before each launch's wait, the experts' only after it); (2) one persistent
-// kernel, a block an SM, whose producer warp streams every step's share of weights into a ring of
-// shared-memory stages without pausing at step boundaries (the experts' once routing is done) while
-// eight consumer warps wait on per-step counters instead of launches. No arithmetic: consumers
-// read their bytes, so both are floors of their design.
+// What a decode layer's steps cost at the least, run two ways over 48 layers of a step list (the
+// Qwen3-30B-A3B shape's and a Qwen3.5-35B-A3B DeltaNet layer's, as launched and folded; see
+// docs/PERFORMANCE.md, "What 50% would take"): (1) a chain of launches, one a step, as the backend
+// runs them (programmatic dependent launch; weights known ahead are copied into shared memory
+// before each launch's wait, the experts' only after it); (2) one persistent kernel, a block an
+// SM, whose producer warp streams every step's share of weights into a ring of shared-memory
+// stages without pausing at step boundaries (the experts' once routing is done) while eight
+// consumer warps wait on per-step counters instead of launches. No arithmetic: consumers read
+// their bytes, so both are floors of their design.
 // Build and run: nvcc -std=c++17 -arch=sm_90 -o /tmp/layer scripts/persistent_layer_floor.cu && /tmp/layer
 #include <cuda_runtime.h>
 
@@ -244,5 +245,19 @@ int main() {
   const double mb5[] = {5.31, 4.72, 1.05, 14.16, 7.08};
   const int after5[] = {-1, -1, -1, 2, 2};
   run_layers("5 steps", mb5, after5, 5);
+  // A Qwen3.5-35B-A3B-shaped DeltaNet layer at Q4_K_M, its chain: the Q5_K q/k/v projection (with
+  // the second stream's z, beta and alpha, 4.57 MiB, counted here), conv, the delta rule (its
+  // 2 MiB state read; the write is not modelled), gated norm, out, FFN norm, the F32 router
+  // (with the second stream's shared expert, 1.95 MiB), routing, the experts' gate+up+SwiGLU,
+  // down (Q6_K), combine.
+  const double mb35[] = {15.57, 0.13, 2.0, 0, 4.5, 0, 3.95, 0, 9.0, 6.56, 0};
+  const int after35[] = {-1, -1, -1, -1, -1, -1, -1, 7, -1, 7, -1};
+  run_layers("35B DeltaNet layer, 11 steps", mb35, after35, 11);
+  // Folded to 6: conv into the projection (a channel's conv needs only its own row), the gated
+  // norm into the rule (a head's 128 values), the FFN norm into the router, routing into the
+  // experts' first launch, the combine into down.
+  const double mb35f[] = {15.57, 2.0, 4.5, 3.95, 9.0, 6.56};
+  const int after35f[] = {-1, -1, -1, -1, 3, 3};
+  run_layers("35B DeltaNet layer, 6 steps", mb35f, after35f, 6);
   return 0;
 }
