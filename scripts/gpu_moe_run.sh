@@ -119,7 +119,7 @@ if has timeline; then  # every kernel of a decode step as the chain runs it (CUP
       tag=$p${v#TANDEM_TIMELINE_DEFAULT=1}
       env "$v" TIMELINE_OUT="$out/timeline-$tag.csv" LD_PRELOAD="$out/libtimeline.so" \
         "$tm" bench -m "$(model "$p")" -p 0 -n 8 -r 1 --no-ceilings >/dev/null 2>"$out/timeline-$tag.err"
-      echo "decode step of $p, $v:"
+      echo "decode step of $p, $v: $(grep kernel_timeline "$out/timeline-$tag.err")"
       python3 scripts/timeline_step.py "$out/timeline-$tag.csv" --list 30 --width 48
     done
   done
