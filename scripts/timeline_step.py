@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Where one decode step's time goes in the chain as it runs, from scripts/kernel_timeline.cpp's CSV.
 
-A step is one replay of a CUDA graph: the kernels of one graph until a graph node repeats. The
-last step with the most common kernel count is taken. On the stream with the most kernels (the
+A step is one replay of a CUDA graph: the kernels of one graph until a graph node repeats (without
+graph ids, the kernels between two 20 us idle gaps). The last step with the most common kernel
+count is taken. On the stream with the most kernels (the
 chain), each kernel's "adds" is how much later the chain ends because of it: its end less the
 end of the chain's kernel before it (its start less that end is negative when it started early,
 as a programmatic dependent). The adds sum to the step's span on that stream. Kernels of other
@@ -34,8 +35,24 @@ def family(name):
     return f"{n}<{m.group(1).split('::')[-1].strip()}>" if m else n
 
 
+def steps_by_gaps(rows, gap_ns=20000):
+    """Without graph ids (graphs off, or not reported): steps cut where the GPU idles 20 us."""
+    out, cur, end = [], [], None
+    for r in rows:
+        if cur and r["start_ns"] - end > gap_ns:
+            out.append(cur)
+            cur, end = [], None
+        cur.append(r)
+        end = r["end_ns"] if end is None else max(end, r["end_ns"])
+    if cur:
+        out.append(cur)
+    return out
+
+
 def steps(rows):
     """Graph kernels in start order, cut into replays: a new one where a node repeats."""
+    if not any(r["graph"] for r in rows):
+        return steps_by_gaps(rows)
     cur, seen, out = [], set(), []
     for r in rows:
         if r["graph"] == 0:
@@ -66,7 +83,7 @@ def main():
     rows.sort(key=lambda r: r["start_ns"])
     all_steps = steps(rows)
     if not all_steps:
-        print("no graph kernels in", a.csv)
+        print("no kernels in", a.csv)
         return
     common = collections.Counter(len(s) for s in all_steps).most_common(1)[0][0]
     step = [s for s in all_steps if len(s) == common][-1]
@@ -81,7 +98,7 @@ def main():
         r["gap"] = r["start_ns"] - prev_end
         prev_end = max(prev_end, r["end_ns"])
     busy = sum(r["end_ns"] - r["start_ns"] for r in chain)
-    print(f"{len(all_steps)} graph replays; the last of {common} kernels: {span / 1e3:.1f} us, "
+    print(f"{len(all_steps)} steps; the last of {common} kernels: {span / 1e3:.1f} us, "
           f"{len(chain)} on the chain's stream (their own durations sum to {busy / 1e3:.1f} us), "
           f"{len(step) - len(chain)} on others")
 
