@@ -6,8 +6,8 @@
 # - test: every CTest test labelled gpu but the big.* timings, CTEST_JOBS at once (default 3);
 # - kernels: the MoE kernels' timing tests (kernels_moe_test and kernels_moe_matvec_test big.*),
 #   the router's and 2048-wide head's mat-vecs, the launch-chain floors, empty and streaming
-#   (scripts/launch_chain_floor.cu), and a 30B layer's floor as a chain and as one persistent
-#   kernel (scripts/persistent_layer_floor.cu);
+#   (scripts/launch_chain_floor.cu), and the 30B layer's and a 35B DeltaNet layer's floors as a
+#   chain and as one persistent kernel (scripts/persistent_layer_floor.cu);
 # - bench: random Q4_K_M models of PRESETS (default the Qwen3-30B-A3B and Qwen3.5-35B-A3B
 #   shapes), the first with ceilings, the rest against them;
 # - ab: each preset under each entry of AB_ENVS (variables joined by commas; default
@@ -47,7 +47,7 @@ if has bench || has profile || has ab || has timeline; then  # made on the CPU w
    done) &
 fi
 if has test; then
-  # Three at a time: most tests' time is their CPU reference (the machine has 16 cores).
+  # Three at a time: many tests spend their time in the CPU reference (the machine has 16 cores).
   ctest --test-dir "$build" -L gpu -E "^big\." -j "${CTEST_JOBS:-3}" --timeout 300 >"$out/ctest.log" 2>&1
   grep -E "tests passed|Failed|\*\*\*|Not Run" "$out/ctest.log" | head -30
   echo "tests done at $SECONDS s"

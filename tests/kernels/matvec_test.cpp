@@ -118,8 +118,8 @@ TEST_P(matvec_types, matches_cpu) {
 }
 
 // A random matrix quantized and dequantized, once per (type, n_in, rows, seed) in a test's
-// process: the launch-form loops check the same matrices under every form, and quantizing them
-// each time (the K-quants' scale search: ~12 M weights/s) was most of their time.
+// process: the launch-form loops check the same matrices under every form, and the K-quants'
+// scale search (~12 M weights/s) need not run again for each.
 struct quantized {
   std::vector<uint8_t> q;
   std::vector<std::vector<float>> deq;

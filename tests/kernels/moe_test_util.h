@@ -39,12 +39,13 @@ struct experts {
 };
 
 // Random expert matrices. Every row is one of a pool of 257 random rows quantized once: row o of
-// expert e is pool row (seed + 131 e + 7 o) mod 257. 257 being prime, two experts (up to 257 of
-// them) differ at every row, and one expert's rows repeat only 257 apart. Quantizing every row
-// instead (the K-quants' scale search runs at ~12 M weights/s) took ~5 s a 32-expert gate or up
-// of the Qwen3-30B shape, and most of the GPU suite's time.
+// expert e is pool row (seed + 131 e + 7 o) mod 257. 257 being prime, two experts (at most 257)
+// differ at every row, and one expert's rows repeat only 257 apart. Quantizing every row instead
+// (the K-quants' scale search runs at ~12 M weights/s) took ~5 s a 32-expert gate or up of the
+// Qwen3-30B shape; the test made of such sets took about half of a GPU suite run.
 inline experts make_experts(ggml_type t, int n_expert, int64_t n_in, int64_t n_out, uint32_t seed) {
   constexpr int64_t k_pool = 257;
+  EXPECT_LE(n_expert, k_pool) << "more experts than pool rows: some would be equal";
   experts x;
   const size_t rb = *row_bytes(t, n_in);
   const auto pool = quantize_matrix(t, randoms(size_t(n_in * k_pool), seed), n_in, k_pool);
