@@ -52,11 +52,14 @@ cudaError_t launch_moe_matvec(ggml_type t, const void* w, size_t expert_stride_b
 // launch_moe_matvec for 1..k_moe_max_outputs matrix sets sharing type, shapes, x and ids in one
 // launch (gate and up: x quantized once). With x_quantized, work already holds x's int8 copy for
 // (n_in, x rows) in matvec_x_parts layout (from launch_moe_swiglu_q8, launch_swiglu_q8 or
-// launch_rms_norm_q8) and x (floats) is not read by quantized types.
+// launch_rms_norm_q8) and x (floats) is not read by quantized types. ids_settled: the launch
+// that wrote ids is two or more back on the stream (the one just before waits on it before it
+// lets this one in: the down projection after gate and up), so the first weight rows are
+// fetched before this launch waits on its predecessor.
 cudaError_t launch_moe_matvec_multi(ggml_type t, const moe_matvec_output* outs, int n_outs,
                                     size_t expert_stride_bytes, int n_expert, int64_t n_in, int64_t n_out,
                                     const float* x, int64_t x_stride, bool x_quantized, int n_tok, int k,
-                                    const int32_t* ids, void* work, cudaStream_t stream);
+                                    const int32_t* ids, void* work, cudaStream_t stream, bool ids_settled = false);
 
 // out = silu(gate) * up over n_rows rows of n values (any n_rows, n % 32 == 0; out may alias
 // gate) and the mat-vec's int8 copy of out into work (matvec_x_parts(work, n, n_rows)), for the

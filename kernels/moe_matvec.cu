@@ -40,6 +40,7 @@ struct mv_params {
   const uint8_t* w[k_moe_max_outputs];
   float* y[k_moe_max_outputs];
   int n_mats, n_expert, k, n_blocks;
+  bool ids_settled;  // ids written before the previous launch let this one in: see launch_moe_matvec_multi
   int64_t stride, n_out, row_bytes, groups_per_mat, n_groups;
   const int32_t* ids;
   x_view xs;         // x floats (xf) and its int8 copy (qx, ds), rows n_in apart in the copy
@@ -92,7 +93,8 @@ constexpr int k_mv_warps = 4;  // independent warps (walkers) per block
 // sub-warps take R rows each, their SW lanes pieces sl, sl + SW, ... of every row (short rows,
 // the down projection's, would leave most of a 32-lane warp idle). As in matvec_kernel, the
 // weights of a lane's next pieces (the next group's at a row's end) are loaded before the current
-// ones are used. The ids come from the previous kernel: no weight load before pdl_wait.
+// ones are used. The ids come from an earlier kernel: where it may be the previous one, no
+// weight load before pdl_wait; where they are settled, the first group's are.
 template <class Q, int R, int SW>
 __global__ void __launch_bounds__(32 * k_mv_warps) moe_matvec_kernel(mv_params p) {
   constexpr int NS = 32 / SW;
@@ -101,11 +103,12 @@ __global__ void __launch_bounds__(32 * k_mv_warps) moe_matvec_kernel(mv_params p
   const int n_pieces = p.n_blocks * Q::ppb, n_iter = (n_pieces + SW - 1) / SW;
   const int64_t step = static_cast<int64_t>(gridDim.x) * k_mv_warps;
   int64_t g = static_cast<int64_t>(blockIdx.x) * k_mv_warps + threadIdx.x / 32;
-  pdl_wait();
+  if (!p.ids_settled) pdl_wait();
   if (g >= p.n_groups) return;
   mv_group<R> s = setup_group<R, NS>(p, g, sub);
   W cur[R];
   load_rows<Q, R>(s, sl, n_pieces, cur);
+  if (p.ids_settled) pdl_wait();
   for (; g < p.n_groups; g += step) {
     if (g + step >= p.n_groups) pdl_trigger();
     float acc[R];
@@ -337,6 +340,13 @@ cudaError_t launch_mv_of(ggml_type t, mv_params p, int64_t n_in, int n_pairs, cu
   });
 }
 
+// TANDEM_MOE_SETTLED_IDS=0: every expert mat-vec waits before its first weight load (read at
+// every launch, so that one run can time both).
+bool settled_off() {
+  const char* e = std::getenv("TANDEM_MOE_SETTLED_IDS");
+  return e && e[0] == '0' && e[1] == 0;
+}
+
 bool reads_int8_x(ggml_type t) { return t != ggml_type::f32 && t != ggml_type::f16; }
 
 // The checks both decode launches share: cudaSuccess when the arguments are valid.
@@ -376,7 +386,7 @@ size_t moe_matvec_work_bytes(int64_t n_in, int n_x_rows) { return matvec_work_by
 cudaError_t launch_moe_matvec_multi(ggml_type t, const moe_matvec_output* outs, int n_outs,
                                     size_t expert_stride_bytes, int n_expert, int64_t n_in, int64_t n_out,
                                     const float* x, int64_t x_stride, bool x_quantized, int n_tok, int k,
-                                    const int32_t* ids, void* work, cudaStream_t stream) {
+                                    const int32_t* ids, void* work, cudaStream_t stream, bool ids_settled) {
   cudaError_t e = check_matvec_args(t, outs, n_outs, expert_stride_bytes, n_expert, n_in, n_out, x_stride, n_tok, k, ids);
   if (e != cudaSuccess) return e;
   const bool int8 = reads_int8_x(t);
@@ -386,6 +396,7 @@ cudaError_t launch_moe_matvec_multi(ggml_type t, const moe_matvec_output* outs, 
   if (n_tok == 0 || n_out == 0) return cudaSuccess;
   const int n_pairs = n_tok * k, n_x_rows = x_stride == 0 ? n_tok : n_pairs;
   mv_params p = matvec_params(outs, n_outs, expert_stride_bytes, n_expert, n_in, n_out, x, x_stride, k, ids);
+  p.ids_settled = ids_settled && !settled_off();
   if (int8) {
     const matvec_qx qx = matvec_x_parts(work, n_in, n_x_rows);
     p.xs.qx = qx.q, p.xs.ds = qx.ds;

@@ -1,7 +1,8 @@
 // The mixture-of-experts decode mat-vec (kernels/moe_matvec.cu) against CPU references on random
 // inputs: every type, 1..8 tokens, k 1..8, shared and per-pair x, fused gate/up, repeated and
 // invalid ids; SwiGLU's int8 copy feeding the down projection; the launch with the SwiGLU in it
-// against the mat-vec then launch_moe_swiglu_q8, bit for bit. big.moe_decode_bandwidth prints
+// against the mat-vec then launch_moe_swiglu_q8, bit for bit; settled ids (weights fetched before
+// the launch's wait) against unsettled, bit for bit. big.moe_decode_bandwidth prints
 // decode GB/s of both forms. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
@@ -56,6 +57,19 @@ void check_matvec(ggml_type t, int n_expert, int64_t n_in, int64_t n_out, int n_
                                     n_tok, k, di.p, work.p, nullptr),
             cudaSuccess);
   const std::vector<float> got[2] = {y0.host(), y1.host()};
+  // Settled ids (the first rows fetched before the launch's wait): the same bits.
+  dev<float> s0(size_t(n_pairs * n_out)), s1(size_t(n_pairs * n_out));
+  const moe_matvec_output souts[2] = {{w0.p, s0.p}, {w1.p, s1.p}};
+  ASSERT_EQ(launch_moe_matvec_multi(t, souts, n_outs, ex[0].stride, n_expert, n_in, n_out, dx.p, x_stride, false,
+                                    n_tok, k, di.p, work.p, nullptr, true),
+            cudaSuccess);
+  const auto bits = [](const std::vector<float>& v) {
+    std::vector<uint32_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+    return b;
+  };
+  EXPECT_EQ(bits(s0.host()), bits(got[0]));
+  if (n_outs == 2) EXPECT_EQ(bits(s1.host()), bits(got[1]));
   for (int m = 0; m < n_outs; ++m)
     for (int p = 0; p < n_pairs; ++p) {
       const int e = ids[p];

@@ -130,9 +130,10 @@ status cuda_backend::moe_experts_decode(const device_layer& L, const float* xn, 
     TANDEM_CUDA_TRY(launch_moe_swiglu_q8(g, u, g, T * k, int(F), work, s));
     TANDEM_TRY(mark("experts swiglu"));
   }
+  // Gate and up waited on the routing before they let down in: its first rows load early.
   const moe_matvec_output down[1] = {{L.down_exps.data, moe_y_.get<float>()}};
   TANDEM_CUDA_TRY(launch_moe_matvec_multi(L.down_exps.type, down, 1, expert_stride(L.down_exps, E), n_exp, F, E, g, F,
-                                          true, T, k, ids, work, s));
+                                          true, T, k, ids, work, s, true));
   return mark("experts down");
 }
 
