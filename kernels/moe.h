@@ -95,6 +95,23 @@ struct moe_shared_term {
   const float* x = nullptr;
 };
 
+// Decode's down projection with the combine in the launch: out[t * n_out + o] += sum_j
+// weights[t * k + j] * (W_{ids[t * k + j]} h_{t k + j})[o], j in order, then with shared +=
+// sigmoid(gate_logits[t]) * shared->y[t * n_out + o] (the product rounded, then added), as
+// launch_moe_matvec_multi (x_stride n_in, x_quantized) then launch_moe_combine would add them,
+// the mat-vec's row sums in another lane order (so not the same bits). One warp owns every pair
+// of its rows, so each row is written once and no y rows or second launch are needed. x_work:
+// h's int8 copy, n_tok * k rows of n_in (matvec_x_parts layout, launch_moe_swiglu_q8's).
+// k == k_moe_down_combine_k; a type gpu_can_moe_down_combine takes; shared, if given, with
+// gate_logits (no gate row); ids_settled as launch_moe_matvec_multi's. Other requirements as
+// launch_moe_matvec_multi's. An id outside [0, n_expert) makes its token's rows NaN.
+constexpr int k_moe_down_combine_k = 8;
+bool gpu_can_moe_down_combine(ggml_type t, int64_t n_in, int64_t n_out, int k);
+cudaError_t launch_moe_down_combine(ggml_type t, const void* w, size_t expert_stride_bytes, int n_expert,
+                                    int64_t n_in, int64_t n_out, const void* x_work, int n_tok, int k,
+                                    const int32_t* ids, const float* weights, float* out,
+                                    const moe_shared_term* shared, cudaStream_t stream, bool ids_settled = false);
+
 // out[t * n_embd + i] (+)= sum_j weights[t * k + j] * y[(t * k + j) * n_embd + i], j in order
 // (deterministic), then with shared += sigmoid(g_t) * shared->y[t * n_embd + i] (the product
 // rounded, then added). add: accumulate into out (the residual), else overwrite. Neither y may

@@ -269,6 +269,134 @@ __global__ void __launch_bounds__(swiglu_shape<SW>::threads) moe_matvec_swiglu_k
   }
 }
 
+// The down projection with the combine in the launch (launch_moe_down_combine). A row group
+// is R rows a sub-warp of 8 lanes, four sub-warps: slot s = sub * R + r is pair s % K of row
+// row0 + s / K, so a warp holds all K pairs of its R / 2 rows and adds them up itself. The
+// walk, loads ahead and butterfly are moe_matvec_kernel's.
+constexpr int k_dc_lanes = 8, k_dc_subs = 32 / k_dc_lanes;
+
+struct dc_params {
+  const uint8_t* w;
+  int64_t stride, n_out, row_bytes, n_groups;
+  int n_blocks, n_expert;
+  bool ids_settled;
+  const int32_t* ids;
+  const float* weights;  // the routing's, K a token
+  x_view xs;             // h's int8 copy, one row a pair
+  float* out;
+  const float* shared_y;  // null: no shared term
+  const float* shared_logits;
+};
+
+template <int R>
+struct dc_group {
+  const uint8_t* wrow[R];
+  const uint8_t* wend[R];
+  int pair[R];
+  bool valid[R];
+  int t;
+  int64_t row0;
+};
+
+template <int R>
+__device__ __forceinline__ dc_group<R> dc_setup(const dc_params& p, int64_t g, int sub) {
+  constexpr int K = k_moe_down_combine_k, RG = k_dc_subs * R / K;
+  const int64_t per_tok = p.n_out / RG;
+  dc_group<R> c;
+  c.t = static_cast<int>(g / per_tok);
+  c.row0 = g % per_tok * RG;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int s = sub * R + r;
+    c.pair[r] = c.t * K + s % K;
+    const int e = __ldg(p.ids + c.pair[r]);
+    c.valid[r] = e >= 0 && e < p.n_expert;
+    const uint8_t* base = p.w + (c.valid[r] ? e : 0) * p.stride;
+    c.wrow[r] = base + (c.row0 + s / K) * p.row_bytes;
+    c.wend[r] = base + p.n_out * p.row_bytes;
+  }
+  return c;
+}
+
+template <class Q, int R>
+__device__ __forceinline__ void dc_load(const dc_group<R>& c, int pc, int n_pieces, typename Q::raw (&w)[R]) {
+  if (pc >= n_pieces) return;
+  const int b = pc / Q::ppb, kk = pc % Q::ppb;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (c.valid[r]) w[r] = Q::load(c.wrow[r] + static_cast<int64_t>(b) * sizeof(typename Q::block), kk, c.wend[r]);
+}
+
+template <class Q, int R>
+__global__ void __launch_bounds__(32 * k_mv_warps) moe_down_combine_kernel(dc_params p) {
+  constexpr int K = k_moe_down_combine_k, SW = k_dc_lanes, S = k_dc_subs * R, RG = S / K;
+  static_assert(S % K == 0, "a warp's slots are whole rows");
+  using W = typename Q::raw;
+  const int lane = threadIdx.x % 32, sub = lane / SW, sl = lane % SW;
+  const int n_pieces = p.n_blocks * Q::ppb, n_iter = (n_pieces + SW - 1) / SW;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * k_mv_warps;
+  int64_t g = static_cast<int64_t>(blockIdx.x) * k_mv_warps + threadIdx.x / 32;
+  if (!p.ids_settled) pdl_wait();
+  if (g >= p.n_groups) return;
+  dc_group<R> s = dc_setup<R>(p, g, sub);
+  W cur[R];
+  dc_load<Q, R>(s, sl, n_pieces, cur);
+  if (p.ids_settled) pdl_wait();
+  for (; g < p.n_groups; g += step) {
+    if (g + step >= p.n_groups) pdl_trigger();
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.f;
+    const dc_group<R> c = s;
+    for (int i = 0; i < n_iter; ++i) {
+      const int pc = sl + i * SW;
+      W nxt[R];
+      if (i + 1 < n_iter) {
+        dc_load<Q, R>(c, pc + SW, n_pieces, nxt);
+      } else if (g + step < p.n_groups) {
+        s = dc_setup<R>(p, g + step, sub);
+        dc_load<Q, R>(s, sl, n_pieces, nxt);
+      }
+      if (pc < n_pieces) {
+        const int b = pc / Q::ppb, kk = pc % Q::ppb;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          if (c.valid[r]) acc[r] += Q::dot(Q::decode(cur[r], kk), Q::load_x(p.xs, c.pair[r], b, kk));
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) cur[r] = nxt[r];
+    }
+    float v[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      v[r] = acc[r];
+#pragma unroll
+      for (int o = SW / 2; o > 0; o >>= 1) v[r] += __shfl_xor_sync(0xffffffffu, v[r], o);
+      if (!c.valid[r]) v[r] = __int_as_float(0x7fc00000);
+    }
+    // Every slot's sum to every lane (slot s sits in register s % R of sub-warp s / R); lane q
+    // adds up row q's K pairs in pair order, as launch_moe_combine does.
+    float sums[S];
+#pragma unroll
+    for (int q = 0; q < S; ++q) sums[q] = __shfl_sync(0xffffffffu, v[q % R], q / R * SW);
+#pragma unroll
+    for (int q = 0; q < RG; ++q) {
+      if (lane != q) continue;
+      const float* wt = p.weights + static_cast<int64_t>(c.t) * K;
+      float acc_row = 0.f;
+#pragma unroll
+      for (int j = 0; j < K; ++j) acc_row = fmaf(__ldg(wt + j), sums[q * K + j], acc_row);
+      float* o = p.out + static_cast<int64_t>(c.t) * p.n_out + c.row0 + q;
+      float r = *o + acc_row;
+      if (p.shared_y) {
+        const float gate = 1.f / (1.f + expf(-p.shared_logits[c.t]));
+        r += __fmul_rn(gate, p.shared_y[static_cast<int64_t>(c.t) * p.n_out + c.row0 + q]);
+      }
+      *o = r;
+    }
+  }
+}
+
 template <class Q, int R, int SW>
 cudaError_t launch_mv(mv_params p, int n_pairs, cudaStream_t s) {
   constexpr int NS = 32 / SW;
@@ -317,12 +445,16 @@ cudaError_t by_width(int64_t pieces, F&& f) {
   return f(std::integral_constant<int, 32>{});
 }
 
-// p's row sizes for type Q and n_in inputs; returns the pieces of a row.
+// Row sizes for type Q and n_in inputs; returns the pieces of a row.
+template <class Q>
+int64_t size_rows(int& n_blocks, int64_t& row_bytes, int64_t n_in) {
+  n_blocks = static_cast<int>(n_in / Q::qk);
+  row_bytes = static_cast<int64_t>(n_blocks) * sizeof(typename Q::block);
+  return static_cast<int64_t>(n_blocks) * Q::ppb;
+}
 template <class Q>
 int64_t size_rows(mv_params& p, int64_t n_in) {
-  p.n_blocks = static_cast<int>(n_in / Q::qk);
-  p.row_bytes = static_cast<int64_t>(p.n_blocks) * sizeof(typename Q::block);
-  return static_cast<int64_t>(p.n_blocks) * Q::ppb;
+  return size_rows<Q>(p.n_blocks, p.row_bytes, n_in);
 }
 
 // f(mq type{}) for t, cudaErrorInvalidValue for a type without a mat-vec.
@@ -448,6 +580,45 @@ cudaError_t launch_moe_matvec_swiglu(ggml_type t, const moe_matvec_output* gate_
                                     stream);
       });
     }
+  });
+}
+
+bool gpu_can_moe_down_combine(ggml_type t, int64_t n_in, int64_t n_out, int k) {
+  return gpu_can_moe_matvec(t) && reads_int8_x(t) && k == k_moe_down_combine_k && n_in > 0 && n_in % 32 == 0 &&
+         n_in % type_info(t).block_size == 0 && n_in / type_info(t).block_size <= (1 << 24) && n_out > 0 &&
+         n_out % 2 == 0;
+}
+
+cudaError_t launch_moe_down_combine(ggml_type t, const void* w, size_t expert_stride_bytes, int n_expert,
+                                    int64_t n_in, int64_t n_out, const void* x_work, int n_tok, int k,
+                                    const int32_t* ids, const float* weights, float* out,
+                                    const moe_shared_term* shared, cudaStream_t stream, bool ids_settled) {
+  if (!gpu_can_moe_down_combine(t, n_in, n_out, k) || n_expert < 1 || n_tok < 0 ||
+      n_tok > k_moe_matvec_max_tokens || !w || !x_work || !ids || !weights || !out ||
+      (shared && (!shared->y || !shared->gate_logits)))
+    return cudaErrorInvalidValue;
+  if (!aligned(w, 16) || !aligned(x_work, 16) || expert_stride_bytes % 16 != 0) return cudaErrorMisalignedAddress;
+  if (n_tok == 0) return cudaSuccess;
+  dc_params p{};
+  p.w = static_cast<const uint8_t*>(w);
+  p.stride = static_cast<int64_t>(expert_stride_bytes), p.n_out = n_out, p.n_expert = n_expert;
+  p.ids_settled = ids_settled && !settled_off();
+  p.ids = ids, p.weights = weights, p.out = out;
+  p.shared_y = shared ? shared->y : nullptr, p.shared_logits = shared ? shared->gate_logits : nullptr;
+  const matvec_qx qx = matvec_x_parts(const_cast<void*>(x_work), n_in, n_tok * k);
+  p.xs = {nullptr, qx.q, qx.ds, n_in};
+  return with_int8_type(t, [&](auto q) {
+    using Q = decltype(q);
+    constexpr int R = rows_of<Q>() >= 2 ? rows_of<Q>() : 2, RG = k_dc_subs * R / k_moe_down_combine_k;
+    if (n_out % RG != 0) return cudaErrorInvalidValue;
+    size_rows<Q>(p.n_blocks, p.row_bytes, n_in);
+    p.n_groups = n_tok * (n_out / RG);
+    int resident = 0;
+    const cudaError_t e = resident_blocks<moe_down_combine_kernel<Q, R>, 32 * k_mv_warps>(resident);
+    if (e != cudaSuccess) return e;
+    const int64_t blocks = std::min<int64_t>((p.n_groups + k_mv_warps - 1) / k_mv_warps, resident);
+    return launch_pdl(moe_down_combine_kernel<Q, R>, dim3(static_cast<unsigned>(blocks)), dim3(32 * k_mv_warps),
+                      stream, p);
   });
 }
 

@@ -1,9 +1,9 @@
 // The mixture-of-experts decode mat-vec (kernels/moe_matvec.cu) against CPU references on random
 // inputs: every type, 1..8 tokens, k 1..8, shared and per-pair x, fused gate/up, repeated and
 // invalid ids; SwiGLU's int8 copy feeding the down projection; the launch with the SwiGLU in it
-// against the mat-vec then launch_moe_swiglu_q8, bit for bit; settled ids (weights fetched before
-// the launch's wait) against unsettled, bit for bit. big.moe_decode_bandwidth prints
-// decode GB/s of both forms. Skips without a CUDA device.
+// against the mat-vec then launch_moe_swiglu_q8, bit for bit; the down projection with the combine
+// in its launch; settled ids (weights fetched before the launch's wait) against unsettled, bit
+// for bit. big.moe_decode_bandwidth prints decode GB/s of both forms. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -69,7 +69,9 @@ void check_matvec(ggml_type t, int n_expert, int64_t n_in, int64_t n_out, int n_
     return b;
   };
   EXPECT_EQ(bits(s0.host()), bits(got[0]));
-  if (n_outs == 2) EXPECT_EQ(bits(s1.host()), bits(got[1]));
+  if (n_outs == 2) {
+    EXPECT_EQ(bits(s1.host()), bits(got[1]));
+  }
   for (int m = 0; m < n_outs; ++m)
     for (int p = 0; p < n_pairs; ++p) {
       const int e = ids[p];
@@ -132,6 +134,89 @@ TEST(moe, swiglu_q8_feeds_down_projection) {
             cudaSuccess);
   // The same floats quantized by the same warp code: identical results.
   EXPECT_EQ(ya.host(), yb.host());
+}
+
+// The down projection with the combine in its launch against the CPU: x += sum_j w_j (W_j h_j)
+// (+ the shared term), from h's int8 copy as launch_moe_matvec_multi makes it; a bad id makes its
+// token's rows NaN and leaves the other tokens' right.
+void check_down_combine(ggml_type t, int64_t n_in, int64_t n_out, int n_tok, bool shared, bool bad_id) {
+  const int k = k_moe_down_combine_k, n_expert = 16, n_pairs = n_tok * k;
+  SCOPED_TRACE(std::string(type_name(t)) + " " + std::to_string(n_out) + "x" + std::to_string(n_in) + " tok " +
+               std::to_string(n_tok) + (shared ? " shared" : "") + (bad_id ? " bad id" : ""));
+  ASSERT_TRUE(gpu_can_moe_down_combine(t, n_in, n_out, k));
+  const experts ex = make_experts(t, n_expert, n_in, n_out, 61);
+  const auto h = randoms(size_t(n_pairs * n_in), 62), r = randoms(size_t(n_tok * n_out), 63),
+             wts = randoms(size_t(n_pairs), 64, 0.f, 1.f), ys = randoms(size_t(n_tok * n_out), 65),
+             gl = randoms(size_t(n_tok), 66, -4.f, 4.f);
+  const auto ids = random_ids(n_tok, k, n_expert, 67, bad_id);
+  dev<uint8_t> w(ex.q), work(moe_matvec_work_bytes(n_in, n_pairs));
+  dev<float> dh(h), dx(r), dw(wts), dys(ys), dgl(gl), y(size_t(n_pairs * n_out));
+  dev<int32_t> di(ids);
+  // The matvec's launch makes h's int8 copy in work, as decode's SwiGLU does.
+  const moe_matvec_output o{w.p, y.p};
+  ASSERT_EQ(launch_moe_matvec_multi(t, &o, 1, ex.stride, n_expert, n_in, n_out, dh.p, n_in, false, n_tok, k, di.p,
+                                    work.p, nullptr),
+            cudaSuccess);
+  moe_shared_term sh;
+  sh.y = dys.p, sh.gate_logits = dgl.p;
+  ASSERT_EQ(launch_moe_down_combine(t, w.p, ex.stride, n_expert, n_in, n_out, work.p, n_tok, k, di.p, dw.p, dx.p,
+                                    shared ? &sh : nullptr, nullptr),
+            cudaSuccess);
+  const auto got = dx.host();
+  for (int tk = 0; tk < n_tok; ++tk) {
+    bool bad = false;
+    for (int j = 0; j < k; ++j) bad = bad || ids[tk * k + j] < 0 || ids[tk * k + j] >= n_expert;
+    const double gate = 1.0 / (1.0 + std::exp(-double(gl[tk])));
+    for (int64_t row = 0; row < n_out; ++row) {
+      const float g = got[tk * n_out + row];
+      if (bad) {
+        ASSERT_TRUE(std::isnan(g)) << "token " << tk << " row " << row << " (invalid id)";
+        continue;
+      }
+      double exact = r[tk * n_out + row], tol = 1e-6 * std::fabs(exact) + 1e-6;
+      for (int j = 0; j < k; ++j) {
+        const int p = tk * k + j;
+        const auto xv = as_seen(h.data() + p * n_in, n_in, true);
+        const float* wr = ex.deq.data() + (size_t(ids[p]) * n_out + row) * n_in;
+        double dot = 0, mag = 0;
+        for (int64_t i = 0; i < n_in; ++i) dot += double(wr[i]) * xv[i], mag += std::fabs(double(wr[i]) * xv[i]);
+        exact += wts[p] * dot;
+        // The mat-vec's tolerance (2e-5 of sum |w x|) a product, and the combine's roundings.
+        tol += wts[p] * (2e-5 * mag) + 1e-6 * std::fabs(wts[p] * dot);
+      }
+      if (shared) exact += gate * ys[tk * n_out + row], tol += 1e-6 * std::fabs(gate * ys[tk * n_out + row]);
+      ASSERT_NEAR(g, exact, tol) << "token " << tk << " row " << row;
+    }
+  }
+}
+
+TEST(moe, down_combine_matches_cpu) {
+  REQUIRE_GPU();
+  for (ggml_type t : {ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k, ggml_type::q8_0, ggml_type::q4_0}) {
+    check_down_combine(t, 768, 64, 1, false, false);  // Qwen3-30B-A3B's down: 768 inputs
+    check_down_combine(t, 512, 38, 3, true, false);   // Qwen3.5-35B-A3B's: 512, with the shared term
+    check_down_combine(t, 256, 16, 8, true, true);
+  }
+}
+
+TEST(moe, down_combine_rejects_bad_arguments) {
+  REQUIRE_GPU();
+  dev<uint8_t> w(size_t(1 << 16)), work(moe_matvec_work_bytes(256, 64));
+  dev<float> x(size_t(4096)), wts(size_t(64));
+  dev<int32_t> ids(size_t(64));
+  const auto q4k = ggml_type::q4_k;
+  EXPECT_FALSE(gpu_can_moe_down_combine(q4k, 256, 64, 4));   // k other than 8
+  EXPECT_FALSE(gpu_can_moe_down_combine(q4k, 128, 64, 8));   // n_in not a multiple of 256
+  EXPECT_FALSE(gpu_can_moe_down_combine(q4k, 256, 63, 8));   // odd rows
+  EXPECT_FALSE(gpu_can_moe_down_combine(ggml_type::f32, 256, 64, 8));  // float x
+  EXPECT_EQ(launch_moe_down_combine(q4k, w.p, 4096, 4, 256, 4, work.p, 9, 8, ids.p, wts.p, x.p, nullptr, nullptr),
+            cudaErrorInvalidValue);  // too many tokens
+  moe_shared_term sh;
+  sh.y = x.p;  // no logits
+  EXPECT_EQ(launch_moe_down_combine(q4k, w.p, 4096, 4, 256, 4, work.p, 1, 8, ids.p, wts.p, x.p, &sh, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(launch_moe_down_combine(q4k, w.p + 1, 4096, 4, 256, 4, work.p, 1, 8, ids.p, wts.p, x.p, nullptr, nullptr),
+            cudaErrorMisalignedAddress);
 }
 
 TEST(moe, matvec_rejects_bad_arguments) {

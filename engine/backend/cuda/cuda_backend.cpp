@@ -58,6 +58,8 @@ status cuda_backend::init(const cuda_backend_options& opt) {
   side_stream_ = !(side && std::string_view(side) == "0");
   const char* fused = std::getenv("TANDEM_CUDA_FUSED_SWIGLU");
   fused_swiglu_ = !(fused && std::string_view(fused) == "0");
+  const char* down_combine = std::getenv("TANDEM_MOE_DOWN_COMBINE");
+  down_combine_ = !(down_combine && std::string_view(down_combine) == "0");
   upload_options up;
   up.slot_bytes = opt.staging_bytes;
   up.threads = opt.upload_threads;

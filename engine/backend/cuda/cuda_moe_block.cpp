@@ -82,7 +82,19 @@ status cuda_backend::moe_block(uint32_t il) {
     TANDEM_TRY(moe_shared_expert_decode(L, xn, T, true, sh));
   }
   TANDEM_TRY(route(L, xn, T));
-  TANDEM_TRY(dec ? moe_experts_decode(L, xn, T, xq) : moe_experts_prefill(L, xn, T));
+  // Decode's down projection adds the experts into x in its own launch where it can (no y rows,
+  // no combine launch); the next layer then runs its input norm itself.
+  if (dec && down_combine_ && (!shared || side) &&
+      gpu_can_moe_down_combine(L.down_exps.type, int64_t(hp_.n_ff_exp), E, k)) {
+    TANDEM_TRY(moe_experts_decode(L, xn, T, xq, false));
+    if (side) TANDEM_TRY(ctx_->join_side());
+    TANDEM_CUDA_TRY(launch_moe_down_combine(L.down_exps.type, L.down_exps.data, expert_stride(L.down_exps, E),
+                                            int(hp_.n_expert), int64_t(hp_.n_ff_exp), E, moe_work_.get(), T, k,
+                                            moe_ids_.get<int32_t>(), moe_w_.get<float>(), x,
+                                            shared ? &sh : nullptr, s, true));
+    return mark("experts down combine");
+  }
+  TANDEM_TRY(dec ? moe_experts_decode(L, xn, T, xq, true) : moe_experts_prefill(L, xn, T));
   if (shared && !side) TANDEM_TRY(moe_shared_expert(L, xn, T, xq, !dec, sh));
   if (side) TANDEM_TRY(ctx_->join_side());
   // Decode: the next layer's input norm folds into the combine (one launch fewer a layer).
@@ -101,8 +113,8 @@ status cuda_backend::moe_block(uint32_t il) {
 // Decode: each (token, slot)'s expert read on the device. Gate, up and the SwiGLU (writing down's
 // int8 input) take one launch where the norm left xn's int8 copy in matvec_work_ and gate and up
 // share a type that reads int8 x; else gate and up take one launch when they share a type, and
-// the SwiGLU its own.
-status cuda_backend::moe_experts_decode(const device_layer& L, const float* xn, int T, bool x_quantized) {
+// the SwiGLU its own. with_down: the down projection into moe_y_ too (else the caller launches it).
+status cuda_backend::moe_experts_decode(const device_layer& L, const float* xn, int T, bool x_quantized, bool with_down) {
   const cudaStream_t s = ctx_->stream();
   const int k = int(hp_.n_expert_used), n_exp = int(hp_.n_expert);
   const int64_t E = hp_.n_embd, F = hp_.n_ff_exp;
@@ -130,6 +142,7 @@ status cuda_backend::moe_experts_decode(const device_layer& L, const float* xn, 
     TANDEM_CUDA_TRY(launch_moe_swiglu_q8(g, u, g, T * k, int(F), work, s));
     TANDEM_TRY(mark("experts swiglu"));
   }
+  if (!with_down) return {};
   // Gate and up waited on the routing before they let down in: its first rows load early.
   const moe_matvec_output down[1] = {{L.down_exps.data, moe_y_.get<float>()}};
   TANDEM_CUDA_TRY(launch_moe_matvec_multi(L.down_exps.type, down, 1, expert_stride(L.down_exps, E), n_exp, F, E, g, F,
