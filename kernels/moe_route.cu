@@ -1,10 +1,12 @@
 // Mixture-of-experts routing (kernels/moe_route.h): softmax and top-k with deterministic ties,
-// one warp per token.
+// one warp per token; and decode's FFN norm with the float32 router in one launch.
 #include "kernels/moe_route.h"
 
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/matvec.h"
+#include "kernels/norm_rows.cuh"
 #include "kernels/pdl.cuh"
 
 namespace tandem {
@@ -112,6 +114,51 @@ __global__ void __launch_bounds__(32 * k_route_warps)
   }
 }
 
+// Block e: router row e. Every block norms each token's row as rms_norm_wide_kernel holds and
+// norms it (the same bits) and dots the normed chunks with its row; block 0 also writes them
+// (xn, and with Q8 the int8 copy). The norm and router weights are constant: fetched before the
+// wait, while the previous kernel finishes.
+template <bool Q8>
+__global__ void __launch_bounds__(norm::k_threads)
+    moe_router_norm_kernel(const float* x, const float* __restrict__ norm_w, float eps, const float* __restrict__ router,
+                           int n_expert, int n, int n_tok, float* logits, float* xn, int8_t* qx, float2* ds) {
+  __shared__ float red[32];
+  const int e = blockIdx.x, n4 = n / 4;
+  const auto* w4 = reinterpret_cast<const float4*>(norm_w);
+  const auto* r4 = reinterpret_cast<const float4*>(router + static_cast<int64_t>(e) * n);
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 wn[norm::k_chunks], wr[norm::k_chunks];
+#pragma unroll
+  for (int k = 0; k < norm::k_chunks; ++k) {
+    const int c = k * norm::k_threads + threadIdx.x;
+    wn[k] = c < n4 ? w4[c] : zero;
+    wr[k] = c < n4 ? r4[c] : zero;
+  }
+  pdl_wait();
+  pdl_trigger();
+  for (int t = 0; t < n_tok; ++t) {
+    const int64_t row = static_cast<int64_t>(t) * n;
+    const auto* x4 = reinterpret_cast<const float4*>(x + row);
+    float4 v[norm::k_chunks];
+#pragma unroll
+    for (int k = 0; k < norm::k_chunks; ++k) {
+      const int c = k * norm::k_threads + threadIdx.x;
+      v[k] = c < n4 ? x4[c] : zero;
+    }
+    const float inv = norm::rms_scale(norm::block_sum(norm::wide_squares(v), red), n, eps);
+    float dot = 0.f;
+#pragma unroll
+    for (int k = 0; k < norm::k_chunks; ++k) {
+      const float4 o = norm::normed(v[k], wn[k], inv);
+      dot = fmaf(o.x, wr[k].x, dot), dot = fmaf(o.y, wr[k].y, dot);
+      dot = fmaf(o.z, wr[k].z, dot), dot = fmaf(o.w, wr[k].w, dot);
+    }
+    dot = norm::block_sum(dot, red);
+    if (threadIdx.x == 0) logits[static_cast<int64_t>(t) * n_expert + e] = dot;
+    if (e == 0) norm::wide_out<Q8>(v, wn, n4, inv, xn + row, Q8 ? qx + row : nullptr, Q8 ? ds + row / 32 : nullptr);
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_moe_route(const float* logits, int n_tok, int n_expert, int k, bool renorm, int32_t* ids,
@@ -131,6 +178,28 @@ cudaError_t launch_moe_route(const float* logits, int n_tok, int n_expert, int k
   if (n_expert <= 128) return launch(moe_route_kernel<4>);
   if (n_expert <= 256) return launch(moe_route_kernel<8>);
   return launch(moe_route_kernel<16>);
+}
+
+bool moe_router_norm_fits(int n_tok, int64_t n_embd) {
+  return n_tok >= 1 && n_tok <= k_matvec_max_tokens && n_embd >= 1024 && n_embd % 32 == 0 &&
+         n_embd <= 4 * norm::k_threads * norm::k_chunks;
+}
+
+cudaError_t launch_moe_router_norm(const float* x, const float* norm_w, float eps, const float* router, int n_expert,
+                                   int64_t n_embd, int n_tok, float* logits, float* xn, void* work,
+                                   cudaStream_t stream) {
+  if (!moe_router_norm_fits(n_tok, n_embd) || n_expert < 1 || n_expert > k_moe_max_experts || !x || !norm_w ||
+      !router || !logits || !xn || !(eps >= 0.f))
+    return cudaErrorInvalidValue;
+  const auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!a16(x) || !a16(norm_w) || !a16(router) || !a16(xn) || (work && !a16(work))) return cudaErrorMisalignedAddress;
+  const int n = static_cast<int>(n_embd);
+  if (!work)
+    return launch_pdl(moe_router_norm_kernel<false>, dim3(n_expert), dim3(norm::k_threads), stream, x, norm_w, eps,
+                      router, n_expert, n, n_tok, logits, xn, nullptr, nullptr);
+  const matvec_qx q = matvec_x_parts(work, n_embd, n_tok);
+  return launch_pdl(moe_router_norm_kernel<true>, dim3(n_expert), dim3(norm::k_threads), stream, x, norm_w, eps, router,
+                    n_expert, n, n_tok, logits, xn, q.q, q.ds);
 }
 
 }  // namespace tandem

@@ -47,12 +47,8 @@ __device__ __forceinline__ void quantize_x_quad(const float4& o, bool valid, int
   if (threadIdx.x % 8 == 0) *ds = make_float2(d, d * static_cast<float>(sum));
 }
 
-// A wide row held as v (zeros past n / 4) and its weights wv: out = v / sqrt(mean(v^2) + eps) * w,
-// and with Q8 its int8 copy (qx, ds: the row's own). Every thread of the block calls it.
-template <bool Q8>
-__device__ __forceinline__ void wide_tail(const float4 (&v)[k_chunks], const float4 (&wv)[k_chunks], int n, float eps,
-                                          float* out, int8_t* qx, float2* ds, float* shared) {
-  const int n4 = n / 4;
+// A thread's share of a wide row's sum of squares (v: zeros past n / 4).
+__device__ __forceinline__ float wide_squares(const float4 (&v)[k_chunks]) {
   float ss = 0.f;
 #pragma unroll
   for (int k = 0; k < k_chunks; ++k) {
@@ -61,18 +57,40 @@ __device__ __forceinline__ void wide_tail(const float4 (&v)[k_chunks], const flo
     ss = fmaf(v[k].z, v[k].z, ss);
     ss = fmaf(v[k].w, v[k].w, ss);
   }
-  ss = block_sum(ss, shared);
-  const float inv = 1.f / sqrtf(ss / static_cast<float>(n) + eps);
+  return ss;
+}
+
+__device__ __forceinline__ float rms_scale(float ss, int n, float eps) {
+  return 1.f / sqrtf(ss / static_cast<float>(n) + eps);
+}
+
+// Chunk k of the normed row: v * inv * w.
+__device__ __forceinline__ float4 normed(const float4& v, const float4& w, float inv) {
+  return make_float4(v.x * inv * w.x, v.y * inv * w.y, v.z * inv * w.z, v.w * inv * w.w);
+}
+
+// out = v * inv * wv for the chunks of this thread, and with Q8 their int8 copy. Every thread
+// of the block calls it (the quantization's shuffles).
+template <bool Q8>
+__device__ __forceinline__ void wide_out(const float4 (&v)[k_chunks], const float4 (&wv)[k_chunks], int n4, float inv,
+                                         float* out, int8_t* qx, float2* ds) {
 #pragma unroll
   for (int k = 0; k < k_chunks; ++k) {
     if (k * k_threads >= n4) break;  // the same for the whole block
     const int c = k * k_threads + threadIdx.x;
     const bool valid = c < n4;
-    const float4 o = make_float4(v[k].x * inv * wv[k].x, v[k].y * inv * wv[k].y, v[k].z * inv * wv[k].z,
-                                 v[k].w * inv * wv[k].w);
+    const float4 o = normed(v[k], wv[k], inv);
     if (valid) reinterpret_cast<float4*>(out)[c] = o;
     if (Q8) quantize_x_quad(o, valid, qx + 4 * c, ds + (4 * c) / 32);
   }
+}
+
+// A wide row held as v (zeros past n / 4) and its weights wv: out = v / sqrt(mean(v^2) + eps) * w,
+// and with Q8 its int8 copy (qx, ds: the row's own). Every thread of the block calls it.
+template <bool Q8>
+__device__ __forceinline__ void wide_tail(const float4 (&v)[k_chunks], const float4 (&wv)[k_chunks], int n, float eps,
+                                          float* out, int8_t* qx, float2* ds, float* shared) {
+  wide_out<Q8>(v, wv, n / 4, rms_scale(block_sum(wide_squares(v), shared), n, eps), out, qx, ds);
 }
 
 }  // namespace tandem::norm

@@ -41,7 +41,7 @@ def blocks_per_sm(regs, threads):
 THREADS = {"matvec_kernel": None, "rms_norm_wide_kernel": 256, "paged_attention_kernel": 128,
            "paged_deep_kernel": 128, "flash_mma_kernel": 128,
            "qk_rope_store_kernel": 128, "dn_rule_kernel": 128, "dn_conv_kernel": 128,
-           "moe_matvec_kernel": 128, "moe_down_combine_kernel": 128, "moe_gemm_kernel": 256, "moe_route_kernel": 128, "qgemm_kernel": 256,
+           "moe_matvec_kernel": 128, "moe_down_combine_kernel": 128, "moe_router_norm_kernel": 256, "moe_gemm_kernel": 256, "moe_route_kernel": 128, "qgemm_kernel": 256,
            "qgemm_grouped_kernel": 256, "qgemm_frag_kernel": None,
            "qgemm_frag_grouped_kernel": 256,
            "dn_chunk_prep_kernel": 256, "dn_chunk_prep_mma_kernel": 256,

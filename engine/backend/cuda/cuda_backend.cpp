@@ -60,6 +60,8 @@ status cuda_backend::init(const cuda_backend_options& opt) {
   fused_swiglu_ = !(fused && std::string_view(fused) == "0");
   const char* down_combine = std::getenv("TANDEM_MOE_DOWN_COMBINE");
   down_combine_ = !(down_combine && std::string_view(down_combine) == "0");
+  const char* router_norm = std::getenv("TANDEM_MOE_ROUTER_NORM");
+  router_norm_ = !(router_norm && std::string_view(router_norm) == "0");
   upload_options up;
   up.slot_bytes = opt.staging_bytes;
   up.threads = opt.upload_threads;

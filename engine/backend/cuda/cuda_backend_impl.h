@@ -125,7 +125,7 @@ class cuda_backend final : public cuda_stage {
   bool moe() const { return hp_.moe(); }
   status moe_block(uint32_t il);
   status ensure_moe_scratch(int n_tok);
-  status route(const device_layer& L, const float* xn, int n_tok);
+  status route(const device_layer& L, const float* xn, int n_tok, bool logits_ready);
   status moe_experts_decode(const device_layer& L, const float* xn, int n_tok, bool x_quantized, bool with_down);
   status moe_experts_prefill(const device_layer& L, const float* xn, int n_tok);
   bool shared_expert_decodes(const device_layer& L, int n_tok, bool x_quantized) const;
@@ -169,6 +169,7 @@ class cuda_backend final : public cuda_stage {
   bool side_stream_ = true;   // TANDEM_CUDA_SIDE_STREAM=0: decode on the main stream alone
   bool fused_swiglu_ = true;  // TANDEM_CUDA_FUSED_SWIGLU=0: decode's expert SwiGLU as its own launch
   bool down_combine_ = true;  // TANDEM_MOE_DOWN_COMBINE=0: decode's combine as a launch after down
+  bool router_norm_ = true;   // TANDEM_MOE_ROUTER_NORM=0: decode's FFN norm as a launch before the router
   // The layer whose input norm the previous layer's combine wrote (-1: none this step).
   int64_t norm_folded_ = -1;
   bool next_norm_foldable(uint32_t il, int n_tok, moe_next_norm& nn) const;

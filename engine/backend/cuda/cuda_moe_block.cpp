@@ -63,12 +63,18 @@ status cuda_backend::moe_block(uint32_t il) {
   // Decode: the norm also writes xn's int8 copy, which gate and up read (one launch fewer).
   const bool xq = dec && L.gate_exps.type == L.up_exps.type && L.gate_exps.type != ggml_type::f32 &&
                   L.gate_exps.type != ggml_type::f16;
-  if (xq) {
+  // Decode: a float32 router takes the norm into its launch (every block norms the row itself).
+  const bool router_norm = dec && router_norm_ && L.router.type == ggml_type::f32 && moe_router_norm_fits(T, E);
+  if (router_norm) {
+    TANDEM_CUDA_TRY(launch_moe_router_norm(x, L.ffn_norm, hp_.rms_eps, reinterpret_cast<const float*>(L.router.data),
+                                           int(hp_.n_expert), E, T, moe_logits_.get<float>(), xn,
+                                           xq ? matvec_work_.get() : nullptr, s));
+  } else if (xq) {
     TANDEM_CUDA_TRY(launch_rms_norm_q8(x, L.ffn_norm, xn, T, E, hp_.rms_eps, matvec_work_.get(), s));
   } else {
     TANDEM_CUDA_TRY(launch_rms_norm(x, L.ffn_norm, xn, T, E, hp_.rms_eps, s));
   }
-  TANDEM_TRY(mark("FFN norm"));
+  TANDEM_TRY(mark(router_norm ? "FFN norm and router" : "FFN norm"));
   // Decode's shared expert reads only xn and its int8 copy and writes buffers of its own, so it
   // runs on the side stream beside the router and the routed experts (one chain of small
   // launches hidden behind the other); not when profiling, whose groups are timed on the main
@@ -81,7 +87,7 @@ status cuda_backend::moe_block(uint32_t il) {
     TANDEM_TRY(ctx_->fork_side());
     TANDEM_TRY(moe_shared_expert_decode(L, xn, T, true, sh));
   }
-  TANDEM_TRY(route(L, xn, T));
+  TANDEM_TRY(route(L, xn, T, router_norm));
   // Decode's down projection adds the experts into x in its own launch where it can (no y rows,
   // no combine launch); the next layer then runs its input norm itself.
   if (dec && down_combine_ && (!shared || side) &&
@@ -150,12 +156,14 @@ status cuda_backend::moe_experts_decode(const device_layer& L, const float* xn, 
   return mark("experts down");
 }
 
-// The router's logits (float32 products for float32 routers: they pick the experts) and each
-// token's k experts.
-status cuda_backend::route(const device_layer& L, const float* xn, int T) {
+// The router's logits (float32 products for float32 routers: they pick the experts), unless
+// logits_ready (the norm's launch made them), and each token's k experts.
+status cuda_backend::route(const device_layer& L, const float* xn, int T, bool logits_ready) {
   float* logits = moe_logits_.get<float>();
-  TANDEM_TRY(T > k_matvec_max_tokens && L.router.type == ggml_type::f32 ? gemm_f32(ctx_->blas(), L.router, xn, T, logits)
-                                                                         : matmul(L.router, xn, T, logits));
+  if (!logits_ready)
+    TANDEM_TRY(T > k_matvec_max_tokens && L.router.type == ggml_type::f32
+                   ? gemm_f32(ctx_->blas(), L.router, xn, T, logits)
+                   : matmul(L.router, xn, T, logits));
   TANDEM_CUDA_TRY(launch_moe_route(logits, T, int(hp_.n_expert), int(hp_.n_expert_used), hp_.expert_weights_norm,
                                    moe_ids_.get<int32_t>(), moe_w_.get<float>(), ctx_->stream()));
   return mark("router");
