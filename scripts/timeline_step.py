@@ -3,11 +3,11 @@
 
 A step is one replay of a CUDA graph: the kernels of one graph until a graph node repeats (without
 graph ids, the kernels between two 20 us idle gaps). The last step with the most common kernel
-count is taken. On the stream with the most kernels (the
-chain), each kernel's "adds" is how much later the chain ends because of it: its end less the
-end of the chain's kernel before it (its start less that end is negative when it started early,
-as a programmatic dependent). The adds sum to the step's span on that stream. Kernels of other
-streams are listed with their own start and duration.
+count is taken. Its kernels, in start order whatever stream CUPTI reports them on (a graph's
+replays report several), each "add" how much later the step ends because of them: their end less
+the latest end before them (0 for a kernel beside the chain that ends earlier, such as the
+second stream's; the gap, their start less that end, is negative when they started early as a
+programmatic dependent). The adds sum to the step's span.
 
 Usage: timeline_step.py timeline.csv [--list N] [--at I] [--width W]
 """
@@ -71,7 +71,7 @@ def steps(rows):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv")
-    ap.add_argument("--list", type=int, default=40, help="kernels of the chain to list one by one")
+    ap.add_argument("--list", type=int, default=40, help="kernels of the step to list one by one")
     ap.add_argument("--at", type=int, default=-1, help="first listed kernel (default: the middle)")
     ap.add_argument("--width", type=int, default=60)
     a = ap.parse_args()
@@ -87,23 +87,19 @@ def main():
         return
     common = collections.Counter(len(s) for s in all_steps).most_common(1)[0][0]
     step = [s for s in all_steps if len(s) == common][-1]
-    streams = collections.Counter(r["stream"] for r in step)
-    main_stream = streams.most_common(1)[0][0]
     t0 = min(r["start_ns"] for r in step)
-    span = max(r["end_ns"] for r in step) - t0
-    chain = [r for r in step if r["stream"] == main_stream]
-    prev_end = chain[0]["start_ns"]
-    for r in chain:
-        r["adds"] = max(0, r["end_ns"] - prev_end)
-        r["gap"] = r["start_ns"] - prev_end
-        prev_end = max(prev_end, r["end_ns"])
-    busy = sum(r["end_ns"] - r["start_ns"] for r in chain)
-    print(f"{len(all_steps)} steps; the last of {common} kernels: {span / 1e3:.1f} us, "
-          f"{len(chain)} on the chain's stream (their own durations sum to {busy / 1e3:.1f} us), "
-          f"{len(step) - len(chain)} on others")
+    latest = t0
+    for r in step:
+        r["adds"] = max(0, r["end_ns"] - latest)
+        r["gap"] = r["start_ns"] - latest
+        latest = max(latest, r["end_ns"])
+    span = latest - t0
+    busy = sum(r["end_ns"] - r["start_ns"] for r in step)
+    print(f"{len(all_steps)} steps; the last of {common} kernels: {span / 1e3:.1f} us "
+          f"(their own durations sum to {busy / 1e3:.1f} us)")
 
     by = collections.OrderedDict()
-    for r in chain:
+    for r in step:
         f = by.setdefault(family(r["name"]), [0, 0, 0, 0])
         f[0] += 1
         f[1] += r["adds"]
@@ -111,29 +107,15 @@ def main():
         f[3] += r["gap"]
     print(f"\n{'kernel':{a.width}} {'n':>4} {'adds us':>9} {'share':>6} {'own us':>9} {'mean gap us':>11}")
     for name, (n, adds, own, gap) in sorted(by.items(), key=lambda kv: -kv[1][1]):
-        print(f"{name[:a.width]:{a.width}} {n:4d} {adds / 1e3:9.1f} {100 * adds / span:5.1f}% {own / 1e3:9.1f} "
+        print(f"{name[:a.width]:{a.width}} {n:4d} {adds / 1e3:9.1f} {100 * adds / span:5.1f}% {own / n / 1e3:9.2f} "
               f"{gap / n / 1e3:11.2f}")
-    others = collections.OrderedDict()
-    for r in step:
-        if r["stream"] != main_stream:
-            f = others.setdefault(family(r["name"]), [0, 0])
-            f[0] += 1
-            f[1] += r["end_ns"] - r["start_ns"]
-    if others:
-        print("\nother streams:")
-        for name, (n, own) in others.items():
-            print(f"{name[:a.width]:{a.width}} {n:4d} {'':9} {'':6} {own / 1e3:9.1f}")
 
     at = a.at if a.at >= 0 else max(0, len(step) // 2 - a.list // 2)
-    print(f"\nkernels {at}..{at + a.list - 1} of the step (us from its start; gap: start less the chain's last end)")
+    print(f"\nkernels {at}..{at + a.list - 1} of the step (us from its start; gap: start less the latest end before)")
     print(f"{'start':>8} {'dur':>6} {'gap':>6} {'adds':>6} {'grid':>6} {'blk':>4}  kernel")
     for r in step[at:at + a.list]:
-        on_chain = r["stream"] == main_stream
-        gap = f"{r['gap'] / 1e3:6.2f}" if on_chain else "  side"
-        adds = f"{r['adds'] / 1e3:6.2f}" if on_chain else ""
-        print(f"{(r['start_ns'] - t0) / 1e3:8.2f} {(r['end_ns'] - r['start_ns']) / 1e3:6.2f} {gap} {adds:>6} "
-              f"{r['grid']:6d} {r['block']:4d}  {family(r['name'])[:a.width]}")
-
+        print(f"{(r['start_ns'] - t0) / 1e3:8.2f} {(r['end_ns'] - r['start_ns']) / 1e3:6.2f} {r['gap'] / 1e3:6.2f} "
+              f"{r['adds'] / 1e3:6.2f} {r['grid']:6d} {r['block']:4d}  {family(r['name'])[:a.width]}")
 
 if __name__ == "__main__":
     main()
