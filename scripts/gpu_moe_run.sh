@@ -18,6 +18,8 @@
 # - timeline: every kernel of a decode step of each preset as the chain runs it (graphs on;
 #   CUPTI via scripts/kernel_timeline.cpp, read by scripts/timeline_step.py), by default and
 #   under each of TIMELINE_ENVS (default none);
+# - host: the host's share of each preset's decode token (scripts/host_gap.cpp: the period
+#   between graph launches against the graph's GPU time);
 # - profile: where a prefill token of the last preset goes (launch groups, no graphs);
 # - decode: where a decode token of each preset goes, kernel by kernel (ncu on a 4-layer copy,
 #   graphs off; scripts/ncu_last_token.py), by default and under each of DECODE_ENVS (default
@@ -41,7 +43,7 @@ if has build; then
   cmake --build "$build" -j 16 -- -k 0 >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; }
   echo "build done at $SECONDS s"
 fi
-if has bench || has profile || has ab || has timeline; then  # made on the CPU while the tests run, one after another (memory)
+if has bench || has profile || has ab || has timeline || has host; then  # made on the CPU while the tests run, one after another (memory)
   (for p in $presets; do
      [[ -f $(model "$p") ]] || "$tm" make --preset "$p" --type Q4_K_M --row-pool 256 -o "$(model "$p")" -q
    done) &
@@ -122,6 +124,15 @@ if has timeline; then  # every kernel of a decode step as the chain runs it (CUP
       echo "decode step of $p, $v: $(grep kernel_timeline "$out/timeline-$tag.err")"
       python3 scripts/timeline_step.py "$out/timeline-$tag.csv" --list 30 --width 48
     done
+  done
+fi
+if has host; then
+  wait
+  g++ -std=c++17 -O2 -shared -fPIC -o "$out/libhostgap.so" scripts/host_gap.cpp -I/usr/local/cuda/include \
+    -L/usr/local/cuda/lib64 -lcudart -ldl
+  for p in $presets; do
+    echo "$p: $(LD_PRELOAD="$out/libhostgap.so" "$tm" bench -m "$(model "$p")" -p 0 -n 128 -r 2 --no-ceilings 2>&1 |
+      grep host_gap)"
   done
 fi
 if has profile; then
