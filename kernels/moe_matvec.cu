@@ -272,7 +272,9 @@ __global__ void __launch_bounds__(swiglu_shape<SW>::threads) moe_matvec_swiglu_k
 // The down projection with the combine in the launch (launch_moe_down_combine). A row group
 // is R rows a sub-warp of 8 lanes, four sub-warps: slot s = sub * R + r is pair s % K of row
 // row0 + s / K, so a warp holds all K pairs of its R / 2 rows and adds them up itself. The
-// walk, loads ahead and butterfly are moe_matvec_kernel's. Two rows a sub-warp for every type:
+// walk, loads ahead and butterfly are moe_matvec_kernel's, written out again: one walker of
+// lambdas for both changed the mat-vec's code (its Q4_K PTX 932 -> 884 instructions, registers
+// +-2) and has not been timed. Two rows a sub-warp for every type:
 // Q4_K's four (194 registers, two blocks an SM) ran 1-2% slower in tg128 than two (four blocks).
 constexpr int k_dc_lanes = 8, k_dc_subs = 32 / k_dc_lanes, k_dc_rows = 2;
 constexpr int k_dc_group_rows = k_dc_subs * k_dc_rows / k_moe_down_combine_k;  // output rows a group
