@@ -322,8 +322,7 @@ cudaError_t launch_moe_combine(const float* y, const float* weights, int n_tok, 
 }
 
 bool moe_combine_norm_fits(int n_tok, int64_t n_embd) {
-  return n_tok >= 1 && n_tok <= k_matvec_max_tokens && n_embd >= 1024 && n_embd % 32 == 0 &&
-         n_embd <= 4 * norm::k_threads * norm::k_chunks;
+  return norm::wide_decode_rows(n_tok, n_embd, k_matvec_max_tokens);
 }
 
 cudaError_t launch_moe_combine_norm(const float* y, const float* weights, int n_tok, int k, int64_t n_embd, float* out,

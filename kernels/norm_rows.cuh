@@ -14,6 +14,13 @@ namespace tandem::norm {
 constexpr int k_threads = 256;
 constexpr int k_chunks = 8;
 
+// Whether n_rows rows of n values take the wide form in a decode launch that folds a norm in (the
+// MoE combine's, the router's): n of 1024..8192, a multiple of 32 (whole int8 blocks), and
+// 1..max_rows rows.
+inline bool wide_decode_rows(int n_rows, int64_t n, int max_rows) {
+  return n_rows >= 1 && n_rows <= max_rows && n >= 1024 && n % 32 == 0 && n <= 4 * k_threads * k_chunks;
+}
+
 // The sum of v over the block, in warp order (every thread gets the same bits). shared: 32 floats.
 __device__ __forceinline__ float block_sum(float v, float* shared) {
 #pragma unroll

@@ -166,7 +166,7 @@ status cuda_backend::route(const device_layer& L, const float* xn, int T, bool l
                    : matmul(L.router, xn, T, logits));
   TANDEM_CUDA_TRY(launch_moe_route(logits, T, int(hp_.n_expert), int(hp_.n_expert_used), hp_.expert_weights_norm,
                                    moe_ids_.get<int32_t>(), moe_w_.get<float>(), ctx_->stream()));
-  return mark("router");
+  return mark(logits_ready ? "routing" : "router");
 }
 
 // Prefill: the (token, slot) pairs sorted by expert on the device, then gate/up from the tokens'
