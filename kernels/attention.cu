@@ -27,6 +27,8 @@ namespace {
 // Short caches take at most this many splits (of split_keys() keys each); deeper ones, runs of
 // deep_split_keys() keys, up to k_max_split.
 constexpr int k_short_splits = 32;
+// Blocks the shortest caches' splits aim for (paged_attention_splits).
+constexpr int k_fill_blocks = 256;
 // Query heads of one KV head a grouped decode block takes (GQA): each K/V row it loads serves
 // them all. TANDEM_ATTN_GROUPED=0 takes one block per query head instead, to measure.
 constexpr int k_group_heads = 4;
@@ -385,9 +387,15 @@ int paged_attention_splits(int n_tok, int n_head, int head_dim, int max_kv, size
   const int64_t pairs = static_cast<int64_t>(n_tok) * n_head;
   if (pairs <= 0 || pairs >= k_split_counters || max_kv <= 0 || work_floats <= k_split_counters) return 1;
   // Short caches: split_keys() keys a split, as many splits as fill a large GPU (about 2048
-  // blocks), at most k_short_splits. Decode at up to 2048 keys was tuned on this rule.
+  // blocks), at most k_short_splits. Decode at up to 2048 keys was tuned on this rule. The
+  // shortest (a step's bucket of 256 keys) also take splits of down to 32 keys until there are
+  // about 256 blocks: at 4 splits of 64 a 32-head model's one sequence ran 128 blocks on 132 SMs,
+  // each warp walking four runs of keys one after another (tg128 on an H100: Qwen3-30B-A3B shape
+  // +1.5%, Qwen3-8B +0.3%; docs/PERFORMANCE.md).
   const int keys = split_keys();
-  int64_t n = std::min<int64_t>({(max_kv + keys - 1) / keys, 2048 / pairs + 1, k_short_splits});
+  const int64_t fill = std::min<int64_t>((max_kv + 31) / 32, k_fill_blocks / pairs);
+  int64_t n = std::min<int64_t>({std::max<int64_t>((max_kv + keys - 1) / keys, fill), 2048 / pairs + 1,
+                                 k_short_splits});
   // Deep caches: runs of deep_split_keys() keys, within the split and partial-slot limits. It
   // only takes over past k_short_splits full runs, so it never adds splits to a short cache.
   const int deep_keys = deep_split_keys();
