@@ -3,7 +3,8 @@
 # of docs/PERFORMANCE.md ("Mixture of experts"). Steps (env STEPS, default "build test kernels
 # bench"):
 # - build;
-# - test: every CTest test labelled gpu but the big.* timings, CTEST_JOBS at once (default 3);
+# - test: every CTest test labelled gpu but the big.* timings, CTEST_JOBS at once (default 3), or
+#   those whose names match the regex TESTS (say TESTS="moe|route|attention");
 # - kernels: the MoE kernels' timing tests (kernels_moe_test and kernels_moe_matvec_test big.*),
 #   the router's and 2048-wide head's mat-vecs, the launch-chain floors, empty and streaming
 #   (scripts/launch_chain_floor.cu), and the 30B layer's and a 35B DeltaNet layer's floors as a
@@ -50,7 +51,7 @@ if has bench || has profile || has ab || has timeline || has host; then  # made 
 fi
 if has test; then
   # Three at a time: many tests spend their time in the CPU reference (the machine has 16 cores).
-  ctest --test-dir "$build" -L gpu -E "^big\." -j "${CTEST_JOBS:-3}" --timeout 300 >"$out/ctest.log" 2>&1
+  ctest --test-dir "$build" -L gpu -R "${TESTS:-.}" -E "^big\." -j "${CTEST_JOBS:-3}" --timeout 300 >"$out/ctest.log" 2>&1
   grep -E "tests passed|Failed|\*\*\*|Not Run" "$out/ctest.log" | head -30
   echo "tests done at $SECONDS s"
 fi
