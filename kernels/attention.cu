@@ -27,8 +27,9 @@ namespace {
 // Short caches take at most this many splits (of split_keys() keys each); deeper ones, runs of
 // deep_split_keys() keys, up to k_max_split.
 constexpr int k_short_splits = 32;
-// Blocks the shortest caches' splits aim for (paged_attention_splits).
-constexpr int k_fill_blocks = 256;
+// The shortest caches (at most k_fill_keys keys) take splits of down to 32 keys until a launch
+// has about k_fill_blocks blocks (paged_attention_splits).
+constexpr int k_fill_keys = 256, k_fill_blocks = 256;
 // Query heads of one KV head a grouped decode block takes (GQA): each K/V row it loads serves
 // them all. TANDEM_ATTN_GROUPED=0 takes one block per query head instead, to measure.
 constexpr int k_group_heads = 4;
@@ -388,12 +389,13 @@ int paged_attention_splits(int n_tok, int n_head, int head_dim, int max_kv, size
   if (pairs <= 0 || pairs >= k_split_counters || max_kv <= 0 || work_floats <= k_split_counters) return 1;
   // Short caches: split_keys() keys a split, as many splits as fill a large GPU (about 2048
   // blocks), at most k_short_splits. Decode at up to 2048 keys was tuned on this rule. The
-  // shortest (a step's bucket of 256 keys) also take splits of down to 32 keys until there are
-  // about 256 blocks: at 4 splits of 64 a 32-head model's one sequence ran 128 blocks on 132 SMs,
-  // each warp walking four runs of keys one after another (tg128 on an H100: Qwen3-30B-A3B shape
-  // +1.5%, Qwen3-8B +0.3%; docs/PERFORMANCE.md).
+  // shortest (up to k_fill_keys: a step's first bucket) also take splits of down to 32 keys
+  // until there are about k_fill_blocks blocks: at 4 splits of 64 a 32-head model's one sequence
+  // ran 128 blocks on 132 SMs, each warp walking four runs of keys one after another (tg128 on
+  // an H100: Qwen3-30B-A3B shape +1.5%, Qwen3-8B +0.3%; at 1024 keys 32-key splits lost;
+  // docs/PERFORMANCE.md).
   const int keys = split_keys();
-  const int64_t fill = std::min<int64_t>((max_kv + 31) / 32, k_fill_blocks / pairs);
+  const int64_t fill = max_kv <= k_fill_keys ? std::min<int64_t>((max_kv + 31) / 32, k_fill_blocks / pairs) : 0;
   int64_t n = std::min<int64_t>({std::max<int64_t>((max_kv + keys - 1) / keys, fill), 2048 / pairs + 1,
                                  k_short_splits});
   // Deep caches: runs of deep_split_keys() keys, within the split and partial-slot limits. It

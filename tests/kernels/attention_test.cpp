@@ -118,12 +118,12 @@ paged_cache make_cache(ggml_type t, int D, uint32_t seed, int Hq = 8, int Hkv = 
 }
 
 // The split rule of the decode kernel, on the host: short caches keep the rule decode was tuned
-// on (64 keys a split, about 2048 blocks, at most 32 splits) but take splits of down to 32 keys
-// until there are about 256 blocks, deep ones are cut into runs of 256 keys up to
+// on (64 keys a split, about 2048 blocks, at most 32 splits), and up to 256 keys take splits of
+// down to 32 keys until there are about 256 blocks; deep ones are cut into runs of 256 keys up to
 // k_paged_max_splits and k_paged_split_slots partials, and the workspace bounds both.
 TEST(paged_attention, split_count_scales_with_depth) {
   const auto old_rule = [](int64_t pairs, int64_t kv) {
-    const int64_t fill = std::min<int64_t>((kv + 31) / 32, 256 / pairs);
+    const int64_t fill = kv <= 256 ? std::min<int64_t>((kv + 31) / 32, 256 / pairs) : 0;
     return pairs >= 1024 ? int64_t{1}
                          : std::max<int64_t>(1, std::min<int64_t>({std::max((kv + 63) / 64, fill), 2048 / pairs + 1, 32}));
   };
@@ -133,6 +133,9 @@ TEST(paged_attention, split_count_scales_with_depth) {
   EXPECT_EQ(paged_attention_splits(4, 32, 128, 256, paged_attention_step_work_floats(4, 32, 128)), 4);
   EXPECT_EQ(paged_attention_splits(1, 32, 128, 512, paged_attention_step_work_floats(1, 32, 128)), 8);
   EXPECT_EQ(paged_attention_splits(1, 32, 128, 1280, paged_attention_step_work_floats(1, 32, 128)), 20);
+  // 16 heads (the 35B shape's attention): 8 splits of 32 at 256 keys, and 512 keys as before.
+  EXPECT_EQ(paged_attention_splits(1, 16, 256, 256, paged_attention_step_work_floats(1, 16, 256)), 8);
+  EXPECT_EQ(paged_attention_splits(1, 16, 256, 512, paged_attention_step_work_floats(1, 16, 256)), 8);
   const int D = 128;
   for (int n_head : {8, 24, 32, 64})
     for (int n_tok : {1, 2, 4, 16, 40})
