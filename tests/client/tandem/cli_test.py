@@ -290,14 +290,25 @@ def test_load_progress_line():
     status (polled on a second connection), cleared at the end; off a terminal nothing at all."""
     import pty
     figures = {"bytes": 8700000000, "seconds": 0.36, "bytes_per_second": 2.42e10}
+    statuses, on_terminal = [0], [True]
 
     def slow_load(req, c):
         if req["op"] == "status":
             c.send({"id": req["id"], "result": {"models": [], "loads": [
                 {"name": "m2", "op": "load", "path": req.get("path", "/m/b.gguf"), "done_bytes": 3100000000,
                  "total_bytes": 8700000000, "seconds": 0.127, "bytes_per_second": 2.45e10}]}})
+            statuses[0] += 1
         elif req["op"] in ("load", "swap"):
-            time.sleep(1.2)  # a second connection's status polls come meanwhile
+            # On a terminal the reply waits for two polls from a second connection. The second poll
+            # comes only after the first reply was drawn. A fixed 1.2 s load once drew nothing on a
+            # busy CI machine. Off a terminal the load takes 1.2 s, long enough for a poll to come
+            # if the CLI wrongly made one.
+            if on_terminal[0]:
+                first, deadline = statuses[0], time.time() + 30
+                while statuses[0] < first + 2 and time.time() < deadline:
+                    time.sleep(0.01)
+            else:
+                time.sleep(1.2)
             c.send({"id": req["id"], "result": {"name": req["name"], "model": dict(MODELS[0], load=figures)}})
         else:
             standard(req, c)
@@ -327,7 +338,8 @@ def test_load_progress_line():
             check(out.startswith(("%s 'm2' in 0.36 s (24.2 GB/s): llama on cpu" % word).encode()),
                   "%s: reply line: %r" % (cmd, out))
         polls = len(d.ops("status"))
-        check(polls >= 3, "status polled %d times in two 1.2 s loads" % polls)
+        check(polls >= 4, "status polled %d times in two loads that wait for two polls each" % polls)
+        on_terminal[0] = False
         r = tandem("load", "m2", "/m/b.gguf", sock=d.path)
         check(r.returncode == 0 and r.stderr == b"" and r.stdout.startswith(b"loaded 'm2' in 0.36 s"),
               "load off a terminal: %r" % (r,))
