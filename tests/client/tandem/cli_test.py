@@ -440,9 +440,17 @@ def test_ctrl_c_cancels():
     try:
         p = subprocess.Popen([ARGS.tandem, "--socket", d.path, "run", "-v", "go"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-        time.sleep(0.5)
+        # Ctrl-C once the first tokens are out, not after a fixed time (a busy machine may not
+        # have printed any yet).
+        first = b""
+        while b"t0 " not in first:
+            chunk = os.read(p.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            first += chunk
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=20)
+        out = first + out
         check(p.returncode == 130, "status after Ctrl-C: %d %r" % (p.returncode, err))
         check(cancelled.is_set(), "no cancel request was sent")
         cancel = d.ops("cancel")[-1]
