@@ -24,12 +24,14 @@
 namespace tandem {
 namespace {
 
-// Short caches take at most this many splits (of split_keys() keys each); deeper ones, runs of
+// Short caches take at most this many splits (of k_split_keys keys each); deeper ones, runs of
 // deep_split_keys() keys, up to k_max_split.
 constexpr int k_short_splits = 32;
-// The shortest caches (at most k_fill_keys keys) take splits of down to 32 keys until a launch
-// has about k_fill_blocks blocks (paged_attention_splits).
-constexpr int k_fill_keys = 256, k_fill_blocks = 256;
+// Keys per split when there are few (token, head) pairs: 64 gives a warp 16 keys (four runs of
+// k_keys) per split. The shortest caches (at most k_fill_keys keys) take splits of down to
+// k_fill_split_keys keys until a launch has about k_fill_blocks blocks (paged_attention_splits).
+constexpr int k_split_keys = 64;
+constexpr int k_fill_keys = 256, k_fill_split_keys = 32, k_fill_blocks = 256;
 // Query heads of one KV head a grouped decode block takes (GQA): each K/V row it loads serves
 // them all. TANDEM_ATTN_GROUPED=0 takes one block per query head instead, to measure.
 constexpr int k_group_heads = 4;
@@ -318,13 +320,13 @@ cudaError_t launch_qk_rope_store(const qk_rope_store_args& a, cudaStream_t strea
 
 namespace {
 
-// Keys per split when there are few (token, head) pairs: 64 gives a warp 16 keys (four runs of
-// k_keys) per split. TANDEM_ATTN_SPLIT_KEYS=N overrides it (N >= 16), to measure.
-int split_keys() {
+// TANDEM_ATTN_SPLIT_KEYS=N (N >= 16), to measure: N keys a split for every short cache, in
+// place of k_split_keys and the shortest caches' k_fill_split_keys. 0: unset.
+int split_keys_override() {
   static const int keys = [] {
     const char* e = std::getenv("TANDEM_ATTN_SPLIT_KEYS");
     const int v = e ? std::atoi(e) : 0;
-    return v >= 16 ? v : 64;
+    return v >= 16 ? v : 0;
   }();
   return keys;
 }
@@ -387,15 +389,17 @@ size_t paged_attention_step_work_floats(int n_tok, int n_head, int head_dim) {
 int paged_attention_splits(int n_tok, int n_head, int head_dim, int max_kv, size_t work_floats) {
   const int64_t pairs = static_cast<int64_t>(n_tok) * n_head;
   if (pairs <= 0 || pairs >= k_split_counters || max_kv <= 0 || work_floats <= k_split_counters) return 1;
-  // Short caches: split_keys() keys a split, as many splits as fill a large GPU (about 2048
+  // Short caches: k_split_keys keys a split, as many splits as fill a large GPU (about 2048
   // blocks), at most k_short_splits. Decode at up to 2048 keys was tuned on this rule. The
-  // shortest (up to k_fill_keys: a step's first bucket) also take splits of down to 32 keys
-  // until there are about k_fill_blocks blocks: at 4 splits of 64 a 32-head model's one sequence
-  // ran 128 blocks on 132 SMs, each warp walking four runs of keys one after another (tg128 on
-  // an H100: Qwen3-30B-A3B shape +1.5%, Qwen3-8B +0.3%; at 1024 keys 32-key splits lost;
+  // shortest (up to k_fill_keys: a step's first bucket) also take splits of down to
+  // k_fill_split_keys keys until there are about k_fill_blocks blocks (not under
+  // TANDEM_ATTN_SPLIT_KEYS): at 4 splits of 64 a 32-head model's one sequence ran 128 blocks on
+  // 132 SMs, each warp walking four runs of keys one after another (tg128 on an H100:
+  // Qwen3-30B-A3B shape +1.5%, Qwen3-8B +0.3%; at 1024 keys 32-key splits lost;
   // docs/PERFORMANCE.md).
-  const int keys = split_keys();
-  const int64_t fill = max_kv <= k_fill_keys ? std::min<int64_t>((max_kv + 31) / 32, k_fill_blocks / pairs) : 0;
+  const int over = split_keys_override(), keys = over ? over : k_split_keys;
+  const int64_t fill_splits = (max_kv + k_fill_split_keys - 1) / k_fill_split_keys;
+  const int64_t fill = !over && max_kv <= k_fill_keys ? std::min<int64_t>(fill_splits, k_fill_blocks / pairs) : 0;
   int64_t n = std::min<int64_t>({std::max<int64_t>((max_kv + keys - 1) / keys, fill), 2048 / pairs + 1,
                                  k_short_splits});
   // Deep caches: runs of deep_split_keys() keys, within the split and partial-slot limits. It
