@@ -3,7 +3,8 @@
 // invalid ids; SwiGLU's int8 copy feeding the down projection; the launch with the SwiGLU in it
 // against the mat-vec then launch_moe_swiglu_q8, bit for bit; the down projection with the combine
 // in its launch; settled ids (weights fetched before the launch's wait) against unsettled, bit
-// for bit. big.moe_decode_bandwidth prints decode GB/s of both forms. Skips without a CUDA device.
+// for bit. big.moe_decode_bandwidth prints decode GB/s of both forms, big.moe_down_combine_bandwidth
+// the down projection's with its combine. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -412,6 +413,50 @@ TEST(big, moe_decode_bandwidth) {
     }, true);
     std::printf("dense launch_matvec same active rows: %.1f us, %.0f GB/s\n", dense, 2.0 * k * stride / dense / 1e3);
   }
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// The down projection with its combine, one token, as decode runs it: the Qwen3-30B-A3B and
+// Qwen3.5-35B-A3B experts (the latter with its shared term), against a dense mat-vec over the same
+// active bytes.
+TEST(big, moe_down_combine_bandwidth) {
+  REQUIRE_GPU();
+  const int k = k_moe_down_combine_k, layers = 6;
+  const int64_t n_out = 2048;
+  struct shape {
+    int n_expert;
+    int64_t n_ff;
+    bool shared;
+  };
+  for (const ggml_type t : {ggml_type::q4_k, ggml_type::q6_k})
+    for (const shape& sh : {shape{128, 768, false}, shape{256, 512, true}}) {
+      const size_t rb = *row_bytes(t, sh.n_ff), stride = rb * n_out;
+      const auto tile = quantize_matrix(t, randoms(size_t(sh.n_ff * 64), 1), sh.n_ff, 64);
+      std::vector<uint8_t> all(stride * sh.n_expert * layers);
+      for (size_t i = 0; i < all.size(); i += tile.size())
+        std::copy_n(tile.begin(), std::min(tile.size(), all.size() - i), all.begin() + i);
+      dev<uint8_t> w(all), work(moe_matvec_work_bytes(sh.n_ff, k));
+      dev<float> h(randoms(size_t(k * sh.n_ff), 2)), y(size_t(k * n_out)), out(randoms(size_t(n_out), 3)),
+          wts(randoms(size_t(k), 4, 0.f, 1.f)), ys(randoms(size_t(n_out), 5)), gl(randoms(1, 6));
+      dev<int32_t> ids(random_ids(1, k, sh.n_expert, 7));
+      const moe_matvec_output o{w.p, y.p};  // makes h's int8 copy in work, as decode's SwiGLU does
+      ASSERT_EQ(launch_moe_matvec_multi(t, &o, 1, stride, sh.n_expert, sh.n_ff, n_out, h.p, sh.n_ff, false, 1, k,
+                                        ids.p, work.p, nullptr),
+                cudaSuccess);
+      moe_shared_term term;
+      term.y = ys.p, term.gate_logits = gl.p;
+      const double us = time_us([&](int i, cudaStream_t s) {
+        launch_moe_down_combine(t, w.p + stride * sh.n_expert * (i % layers), stride, sh.n_expert, sh.n_ff, n_out,
+                                work.p, 1, k, ids.p, wts.p, out.p, sh.shared ? &term : nullptr, s, true);
+      }, true);
+      const double dense = time_us([&](int i, cudaStream_t s) {
+        launch_matvec(t, w.p + stride * sh.n_expert * (i % layers), sh.n_ff, k * n_out, h.p, 1, y.p, work.p, s);
+      }, true);
+      const double bytes = double(k) * stride;
+      std::printf("moe %d x %lld down+combine %s%s tok 1: %.2f us, %.0f GB/s; dense launch_matvec same bytes %.2f us, "
+                  "%.0f GB/s\n", sh.n_expert, static_cast<long long>(sh.n_ff), std::string(type_name(t)).c_str(),
+                  sh.shared ? " shared" : "", us, bytes / us / 1e3, dense, bytes / dense / 1e3);
+    }
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
