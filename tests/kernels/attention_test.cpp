@@ -378,6 +378,44 @@ TEST(paged_attention, gqa_ratios_match_attend_head) {
   }
 }
 
+// A decode step's shortest caches (its 256-key bucket), where few (token, head) pairs take the
+// fill's splits of 32 keys: one token of 32 heads over 4 KV heads (8 splits), of 16 over 2 at
+// head size 256 (8), and two tokens of 32 heads (4 splits of 64), f16 and Q8_0, against
+// attend_head. Tolerance as gqa_ratios_match_attend_head.
+TEST(paged_attention, short_cache_fill_splits_match_attend_head) {
+  REQUIRE_GPU();
+  struct shape {
+    int Hq, Hkv, D, splits;
+    std::vector<int32_t> pos;
+  };
+  const int max_kv = 256;
+  for (const shape& sh : {shape{32, 4, 128, 8, {200}}, shape{16, 2, 256, 8, {255}}, shape{32, 4, 128, 4, {0, 255}},
+                          shape{32, 4, 128, 8, {31}}})
+    for (ggml_type type : {ggml_type::f16, ggml_type::q8_0}) {
+      const int T = int(sh.pos.size());
+      const auto c = make_cache(type, sh.D, 5 + sh.D + sh.Hq, sh.Hq, sh.Hkv);
+      const auto q = randoms(size_t(T) * sh.Hq * sh.D, uint32_t(sh.Hq + sh.D), -0.01f, 0.01f);
+      const float scale = 1.f / std::sqrt(float(sh.D));
+      const auto ref = reference_attention(c, type, q, sh.pos, scale);
+      dev<uint8_t> dk(c.k), dv(c.v);
+      dev<float> dq(q), dout(q.size()), work(paged_attention_step_work_floats(T, sh.Hq, sh.D), 0);
+      dev<int32_t> dtab(c.table), dtt(std::vector<int32_t>(T, 0)), dpos(sh.pos);
+      ASSERT_EQ(paged_attention_splits(T, sh.Hq, sh.D, max_kv, work.n), sh.splits);
+      paged_attention_args a;
+      a.q = dq.p, a.k_cache = dk.p, a.v_cache = dv.p, a.cache_type = type, a.out = dout.p;
+      a.block_tables = dtab.p, a.tok_table = dtt.p, a.tok_pos = dpos.p;
+      a.n_tok = T, a.n_head = sh.Hq, a.n_head_kv = sh.Hkv, a.head_dim = sh.D, a.block_size = c.bs;
+      a.max_blocks = c.n_blocks, a.max_kv = max_kv, a.scale = scale;
+      ASSERT_EQ(launch_paged_attention(a, work.p, work.n, nullptr), cudaSuccess);
+      const auto got = dout.host();
+      double worst = 0;
+      for (size_t e = 0; e < got.size(); ++e)
+        worst = std::max(worst, double(std::fabs(got[e] - ref[e])) / std::max(1.f, std::fabs(ref[e])));
+      EXPECT_LE(worst, 5e-4) << type_name(type) << " " << sh.Hq << "/" << sh.Hkv << " heads, D " << sh.D << ", "
+                             << T << " tokens";
+    }
+}
+
 // ---- Benchmark ------------------------------------------------------------------------------
 
 // Decode attention at depth, one token: the Qwen3-8B shape (32 query / 8 KV heads, head size 128)
