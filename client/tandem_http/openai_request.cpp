@@ -102,6 +102,8 @@ json chat_messages(const json& body) {
     const json* role = field(m, "role");
     if (!role || !role->is_string()) fail(where + ".role must be a string", where + ".role");
     std::string r = role->get<std::string>();
+    if (const std::size_t most = proto::request_limits{}.max_role_len; r.size() > most)
+      fail(where + ".role may be at most " + std::to_string(most) + " bytes", where + ".role");
     if (r == "developer") r = "system";  // OpenAI's newer name for the system role
     out.push_back({{"role", r}, {"content", message_content(m, where)}});
   }

@@ -88,6 +88,7 @@ struct request_limits {
   std::size_t max_stop = 16;
   std::size_t max_stop_len = 256;
   std::size_t max_messages = 4096;
+  std::size_t max_role_len = 64;  // a chat message's role, in bytes
   std::size_t max_name_len = 64;
   std::size_t max_path_len = 4096;
   std::size_t max_depth = 16;  // msgpack nesting

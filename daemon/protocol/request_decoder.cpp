@@ -204,7 +204,7 @@ generate_request read_generate(field_reader& r, const request_limits& lim) {
     for (std::uint32_t i = 0; i < msgs->size; ++i) {
       field_reader m(msgs->ptr[i], "messages[" + std::to_string(i) + "]");
       chat_message cm;
-      cm.role = m.str("role", 64);
+      cm.role = m.str("role", lim.max_role_len);
       cm.content = m.str("content", UINT32_MAX);
       m.finish();
       g.messages.push_back(std::move(cm));

@@ -102,6 +102,8 @@ TEST(HttpOpenaiRequest, BadInputNamesTheField) {
                                         {R"({"messages": []})", "messages"},
                                         {R"({"messages": [1]})", "messages[0]"},
                                         {R"({"messages": [{"role": 1, "content": "x"}]})", "messages[0].role"},
+                                        {R"({"messages": [{"role": ")" + std::string(65, 'r') + R"(", "content": "x"}]})",
+                                         "messages[0].role"},  // longer than tandemd takes
                                         {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
                                         {"{" + m + R"(, "max_tokens": "x"})", "max_tokens"},
                                         {"{" + m + R"(, "max_tokens": 0})", "max_tokens"},

@@ -1,0 +1,54 @@
+// Replays the committed seed corpus of fuzz_openai_request through its entry point with the
+// ordinary compiler, and checks the seeds' naming: chat_* and completion_* are accepted by that
+// endpoint's mapping, bad_* by neither.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "openai_request.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
+
+namespace {
+
+namespace fs = std::filesystem;
+using tandem::http::api_kind;
+
+bool accepted(api_kind kind, const std::string& body) {
+  return std::holds_alternative<tandem::http::generate_call>(tandem::http::parse_generate(kind, body));
+}
+
+TEST(openai_fuzz_corpus, replay) {
+  const fs::path dir = TANDEM_OPENAI_CORPUS_DIR;
+  ASSERT_TRUE(fs::is_directory(dir)) << dir;
+  int chat = 0, completion = 0, bad = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string name = e.path().filename().string();
+    SCOPED_TRACE(name);
+    EXPECT_EQ(LLVMFuzzerTestOneInput(reinterpret_cast<const std::uint8_t*>(body.data()), body.size()), 0);
+    if (name.rfind("chat_", 0) == 0) {
+      EXPECT_TRUE(accepted(api_kind::chat, body));
+      ++chat;
+    } else if (name.rfind("completion_", 0) == 0) {
+      EXPECT_TRUE(accepted(api_kind::completion, body));
+      ++completion;
+    } else if (name.rfind("bad_", 0) == 0) {
+      EXPECT_FALSE(accepted(api_kind::chat, body));
+      EXPECT_FALSE(accepted(api_kind::completion, body));
+      ++bad;
+    }
+  }
+  EXPECT_GE(chat, 2);
+  EXPECT_GE(completion, 2);
+  EXPECT_GE(bad, 1);
+}
+
+}  // namespace
