@@ -348,6 +348,7 @@ status read_floats(const st_tensor& t, uint64_t first, uint64_t count, float* ou
   if (first > t.n_elements || count > t.n_elements - first)
     return make_error("tensor \"", t.name, "\": elements [", first, ",", first + count,
                       ") are past its end (", t.n_elements, ")");
+  if (count == 0) return {};  // an empty tensor's data (and out) may be null: no memcpy of them
   const uint32_t esize = st_dtype_size(t.dtype);
   const uint8_t* p = t.data.data() + first * esize;
   switch (t.dtype) {
