@@ -3,30 +3,23 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
+#include <vector>
 
+#include "corpus_files.h"
 #include "gguf/gguf_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace {
 
-namespace fs = std::filesystem;
-
 TEST(gguf_fuzz_corpus, replay) {
-  const fs::path dir = fs::path(TANDEM_FUZZ_CORPUS_DIR) / "gguf";
-  ASSERT_TRUE(fs::is_directory(dir)) << dir;
   size_t n = 0, valid = 0, bad = 0;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    std::ifstream in(e.path(), std::ios::binary);
-    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                               std::istreambuf_iterator<char>());
-    SCOPED_TRACE(e.path().filename().string());
+  for (const auto& [name, text] : tandem::test::corpus_files(std::filesystem::path(TANDEM_FUZZ_CORPUS_DIR) / "gguf")) {
+    const std::vector<uint8_t> bytes(text.begin(), text.end());
+    SCOPED_TRACE(name);
     EXPECT_LT(bytes.size(), 4096u);
     EXPECT_EQ(LLVMFuzzerTestOneInput(bytes.data(), bytes.size()), 0);
     auto f = tandem::gguf_file::parse(bytes);
-    const std::string name = e.path().filename().string();
     if (name.rfind("valid_", 0) == 0) {
       EXPECT_TRUE(f.ok()) << f.message();
       ++valid;
