@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fuzz smoke test: builds the libFuzzer targets with clang (ASan + UBSan) in a separate build
 # directory and runs the GGUF reader fuzzer for FUZZ_SECONDS, then the daemon's frame/request
-# decoder fuzzer, tandem-http's OpenAI request mapping fuzzer, the tokenizer/chat fuzzer and the
-# safetensors reader's fuzzer for half that each, each over a scratch copy of its seed corpus. Exits non-zero on a build failure or on any crash, leak, sanitizer report or timeout;
+# decoder fuzzer, tandem-http's OpenAI request mapping fuzzer, the tokenizer/chat fuzzer, the
+# vocabulary fuzzer and the safetensors reader's fuzzer for half that each, each over a scratch
+# copy of its seed corpus. Exits non-zero on a build failure or on any crash, leak, sanitizer report or timeout;
 # the crashing input is kept under $FUZZ_BUILD_DIR/fuzz-artifacts/.
 #
 #   scripts/fuzz_smoke.sh                  # 60 s
@@ -39,7 +40,7 @@ cmake -S "$src" -B "$build" "${generator[@]}" \
   exit 2
 }
 cmake --build "$build" --target gguf_reader_fuzz fuzz_daemon_request fuzz_openai_request tokenizer_chat_fuzz \
-  safetensors_fuzz
+  vocab_fuzz safetensors_fuzz
 artifacts=$build/fuzz-artifacts
 mkdir -p "$artifacts"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=0}
@@ -72,4 +73,5 @@ run_fuzzer gguf_reader_fuzz "$corpus_src" "$seconds"
 run_fuzzer fuzz_daemon_request "$root/tests/daemon/fuzz/corpus" "$(( (seconds + 1) / 2 ))"
 run_fuzzer fuzz_openai_request "$root/tests/client/tandem_http/fuzz/corpus" "$(( (seconds + 1) / 2 ))"
 run_fuzzer tokenizer_chat_fuzz "$root/tests/fuzz/corpus/tokenizer_chat" "$(( (seconds + 1) / 2 ))"
+run_fuzzer vocab_fuzz "$root/tests/fuzz/corpus/vocab" "$(( (seconds + 1) / 2 ))"
 run_fuzzer safetensors_fuzz "$root/tests/fuzz/corpus/safetensors" "$(( (seconds + 1) / 2 ))"
