@@ -4,20 +4,16 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <variant>
-#include <vector>
 
+#include "corpus_files.h"
 #include "openai_request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
 
 namespace {
 
-namespace fs = std::filesystem;
 using tandem::http::api_kind;
 
 bool accepted(api_kind kind, const std::string& body) {
@@ -25,15 +21,9 @@ bool accepted(api_kind kind, const std::string& body) {
 }
 
 TEST(openai_fuzz_corpus, replay) {
-  const fs::path dir = TANDEM_OPENAI_CORPUS_DIR;
-  ASSERT_TRUE(fs::is_directory(dir)) << dir;
   int chat = 0, completion = 0, bad = 0;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    std::ifstream in(e.path(), std::ios::binary);
-    const std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const std::string name = e.path().filename().string();
+  for (const auto& [name, body] : tandem::test::replay_corpus(TANDEM_OPENAI_CORPUS_DIR, LLVMFuzzerTestOneInput)) {
     SCOPED_TRACE(name);
-    EXPECT_EQ(LLVMFuzzerTestOneInput(reinterpret_cast<const std::uint8_t*>(body.data()), body.size()), 0);
     if (name.rfind("chat_", 0) == 0) {
       EXPECT_TRUE(accepted(api_kind::chat, body));
       ++chat;
