@@ -27,25 +27,10 @@ std::string finish_reason(stop_reason r) {
   return "stop";
 }
 
-// "cpu", "cuda:0", or for a layer split "cuda:0+1" (the ids of --gpus, caps left out).
-std::string device_name(const engine_options& opt) {
-  if (opt.gpus.empty()) return opt.gpu < 0 ? "cpu" : "cuda:" + std::to_string(opt.gpu);
-  std::string ids;
-  for (size_t i = 0; i < opt.gpus.size();) {
-    size_t end = opt.gpus.find(',', i);
-    if (end == std::string::npos) end = opt.gpus.size();
-    const std::string item = opt.gpus.substr(i, end - i);
-    if (!ids.empty()) ids += '+';
-    ids.append(item, 0, item.find('='));
-    i = end + 1;
-  }
-  return "cuda:" + ids;
-}
-
 class engine_model final : public served_model {
  public:
   engine_model(std::string path, const engine_options& opt, std::unique_ptr<serving_session> session)
-      : path_(std::move(path)), device_(device_name(opt)), kv_type_(opt.kv_type), parallel_(std::max(1u, opt.parallel)),
+      : path_(std::move(path)), kv_type_(opt.kv_type), parallel_(std::max(1u, opt.parallel)),
         session_(std::move(session)) {}
 
   // Called by several worker threads at once (slots()): each waits for its own sequence while the
@@ -130,7 +115,7 @@ class engine_model final : public served_model {
     i.path = path_;
     i.arch = desc.arch ? std::string(desc.arch->name) : "";
     i.backend = std::string(session_->backend_name());
-    i.device = device_;
+    i.device = session_->placement();
     i.kv_type = kv_type_;
     i.n_vocab = desc.hp.n_vocab;
     i.n_ctx = session_->cache().config().n_ctx;
@@ -162,7 +147,6 @@ class engine_model final : public served_model {
   }
 
   std::string path_;
-  std::string device_;
   std::string kv_type_;
   unsigned parallel_;
   mutable std::atomic<bool> stale_{false};
@@ -196,6 +180,7 @@ result<std::unique_ptr<served_model>> load_engine_model(const std::string& path,
   so.instance.progress = progress;
   auto session = serving_session::open(path, so);
   if (!session) return session.err();
+  if (const auto& note = (*session)->placement_note(); !note.empty()) log(log_level::warning, path, ": ", note);
   return std::unique_ptr<served_model>(std::make_unique<engine_model>(path, opt, std::move(*session)));
 }
 

@@ -389,4 +389,12 @@ void write_hparams(const arch_spec& arch, const hparams& hp, gguf_writer& out) {
                           int32_t(hp.rope_sections[3])}));
 }
 
+// The CUDA backend keeps the routed experts and the recurrent state with one device's layers;
+// neither a layer nor a tensor split carries them yet.
+std::string split_unsupported(std::string_view arch_name, const hparams& hp) {
+  const char* what = hp.moe() ? "mixture of experts" : hp.hybrid() ? "Gated DeltaNet hybrid" : nullptr;
+  if (!what) return {};
+  return "splitting " + std::string(arch_name) + " (" + what + ") over several GPUs is not supported yet";
+}
+
 }  // namespace tandem

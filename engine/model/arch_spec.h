@@ -132,4 +132,9 @@ status check_moe_hparams(const arch_spec& arch, const hparams& hp);
 // Writes general.architecture and the "<arch>.*" keys as llama.cpp's converter does.
 void write_hparams(const arch_spec& arch, const hparams& hp, gguf_writer& out);
 
+// Why a model of this architecture cannot be split over several GPUs yet ("splitting qwen35moe
+// (mixture of experts) over several GPUs is not supported yet"), or empty when it can. The one
+// answer the CUDA backend, the model instance and the memory plan's notes share.
+std::string split_unsupported(std::string_view arch_name, const hparams& hp);
+
 }  // namespace tandem

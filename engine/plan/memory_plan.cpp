@@ -304,6 +304,9 @@ void add_notes(const model_desc& desc, const plan_options& o, memory_plan& p) {
   const uint32_t D = desc.hp.head_dim;
   if (D != 32 && D != 64 && D != 128 && D != 256)
     p.notes.push_back("the CUDA backend supports head sizes 32, 64, 128 and 256, not " + std::to_string(D));
+  if (o.split != split_mode::none && o.devices.size() > 1)
+    if (const std::string why = split_unsupported(desc.arch->name, desc.hp); !why.empty())
+      p.notes.push_back(why + ": a load given these GPUs serves it on the one it fits with the most room");
   if (o.split == split_mode::none && o.devices.size() > 1)
     p.notes.push_back("split none: only device " + std::to_string(p.main_device) + " is used");
   for (size_t d = 0; d < o.devices.size(); ++d)

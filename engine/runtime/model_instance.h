@@ -55,6 +55,12 @@ void fill_cuda_options(const gpu_split& split, cuda_backend_options& out);
 status check_gpu_fit(const model_desc& desc, const device_spec& device, const kv_cache_config& cache,
                      uint32_t n_batch);
 
+// For a model that cannot be split yet (split_unsupported): the index of the device in `devices`
+// the whole model and `cache` fit alone with the most bytes to spare, as check_gpu_fit counts
+// (caps included); an error naming each device's shortfall when it fits none.
+result<size_t> pick_single_device(const model_desc& desc, const std::vector<device_spec>& devices,
+                                  const kv_cache_config& cache, uint32_t n_batch);
+
 result<gpu_split> plan_gpu_split(const model_desc& desc, const std::string& gpus, const std::string& ratios,
                                  const std::string& split, const kv_cache_config& cache, uint32_t n_batch);
 
@@ -74,9 +80,16 @@ class model_instance {
   const model_desc& desc() const { return model_.desc; }
   backend& be() { return *backend_; }
   kv_cache& cache() { return *cache_; }
+  // Where the model runs: "cpu", "cuda:1", or "cuda:0+1" for a split (CUDA ids, caps left out).
+  const std::string& placement() const { return placement_; }
+  // Empty, or why the placement differs from the options (a model that cannot be split yet,
+  // served on one of the GPUs it was given).
+  const std::string& placement_note() const { return placement_note_; }
 
  private:
   loaded_model model_;
+  std::string placement_;
+  std::string placement_note_;
   std::unique_ptr<backend> backend_;
   std::unique_ptr<kv_cache> cache_;
 };

@@ -60,6 +60,8 @@ class serving_session {
   const model_desc& desc() const { return inst_->desc(); }
   const gguf_file& file() const { return inst_->file(); }
   std::string_view backend_name() const { return inst_->be().name(); }
+  const std::string& placement() const { return inst_->placement(); }            // "cpu", "cuda:1", "cuda:0+1"
+  const std::string& placement_note() const { return inst_->placement_note(); }  // why not as asked; or empty
   const kv_cache& cache() const { return inst_->cache(); }
 
  private:

@@ -698,10 +698,10 @@ result<std::unique_ptr<cuda_backend_api>> make_cuda_backend(const model_desc& de
     return make_error("CUDA backend: head size ", hp.head_dim, " is not supported (32, 64, 128 or 256)");
   if (hp.n_head % hp.n_head_kv != 0)
     return make_error("CUDA backend: ", hp.n_head, " query heads do not divide into ", hp.n_head_kv, " KV heads");
+  const bool several = !opt.tensor_shares.empty() || opt.devices.size() > 1 || opt.layers_per_device.size() > 1;
+  if (const std::string why = split_unsupported(desc.arch->name, hp); several && !why.empty())
+    return make_error("CUDA backend: ", why);
   if (hp.moe()) {
-    // The routed experts live with one device's layers; splits do not cut them yet.
-    if (!opt.tensor_shares.empty() || opt.devices.size() > 1 || opt.layers_per_device.size() > 1)
-      return make_error("CUDA backend: splitting ", desc.arch->name, " (mixture of experts) over several GPUs is not supported yet");
     if (hp.n_expert > uint32_t(k_moe_max_experts) || hp.n_expert_used > uint32_t(k_moe_max_k))
       return make_error("CUDA backend: ", hp.n_expert, " experts with ", hp.n_expert_used, " per token (at most ",
                         k_moe_max_experts, " and ", k_moe_max_k, ")");
@@ -709,15 +709,12 @@ result<std::unique_ptr<cuda_backend_api>> make_cuda_backend(const model_desc& de
       return make_error("CUDA backend: expert widths ", hp.n_embd, " and ", hp.n_ff_exp, " must be multiples of 32");
   }
   if (hp.hybrid()) {
-    // The recurrent state lives with one device's layers; splits do not carry it yet.
-    if (!opt.tensor_shares.empty() || opt.devices.size() > 1 || opt.layers_per_device.size() > 1)
-      return make_error("CUDA backend: splitting ", desc.arch->name, " over several GPUs is not supported yet");
     const delta_net_shape dn = delta_net_of(hp);
     if (dn.k_dim % 32 != 0 || dn.v_dim % 32 != 0 || dn.k_dim > 256 || dn.v_dim > 256)
       return make_error("CUDA backend: DeltaNet head sizes ", dn.k_dim, " (key) and ", dn.v_dim,
                         " (value) must be multiples of 32 up to 256");
   }
-  if (opt.profile && (!opt.tensor_shares.empty() || opt.devices.size() > 1 || opt.layers_per_device.size() > 1))
+  if (opt.profile && several)
     return make_error("CUDA backend: profiling times one GPU (no layer or tensor split)");
   if (!opt.tensor_shares.empty()) return make_tensor_split(desc, opt);
   if (opt.devices.size() <= 1 && opt.layers_per_device.size() <= 1) {

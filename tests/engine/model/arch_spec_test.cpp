@@ -275,5 +275,18 @@ TEST(model_desc, missing_hparam_key_is_named) {
   EXPECT_NE(hp.message().find("llama.context_length"), std::string::npos) << hp.message();
 }
 
+// Dense models split; hybrid and MoE ones do not yet, and the reason names the model and why.
+TEST(arch_spec, split_unsupported_names_hybrid_and_moe_models) {
+  using test::tiny_model_options;
+  EXPECT_EQ(split_unsupported("qwen3", tiny_model_options::default_hparams()), "");
+  EXPECT_EQ(split_unsupported("qwen35", tiny_model_options::qwen35_hparams()),
+            "splitting qwen35 (Gated DeltaNet hybrid) over several GPUs is not supported yet");
+  EXPECT_EQ(split_unsupported("qwen3moe", tiny_model_options::qwen3moe_hparams()),
+            "splitting qwen3moe (mixture of experts) over several GPUs is not supported yet");
+  // Both hybrid and MoE: the experts are named, as the CUDA backend checks them first.
+  EXPECT_EQ(split_unsupported("qwen35moe", tiny_model_options::qwen35moe_hparams()),
+            "splitting qwen35moe (mixture of experts) over several GPUs is not supported yet");
+}
+
 }  // namespace
 }  // namespace tandem

@@ -593,5 +593,38 @@ TEST(PlanHybrid, ContradictoryDeltaNetShapeIsAnError) {
   EXPECT_NE(p.message().find("time_step_rank"), std::string::npos) << p.message();
 }
 
+// A split the CUDA backend refuses is noted (first among the split notes), saying what a load
+// does instead; a dense model's split and a hybrid model on one device are not.
+TEST(PlanNotes, ModelsThatCannotBeSplitSayTheyAreServedOnOneGpu) {
+  auto noted = [](const memory_plan& p) {
+    for (size_t i = 0; i < p.notes.size(); ++i)
+      if (p.notes[i].find("over several GPUs is not supported yet") != std::string::npos) return int(i);
+    return -1;
+  };
+  auto hybrid = preset_shape("qwen3.5-27b", "Q6_K");
+  auto p = make_memory_plan(hybrid->desc, two_cards(split_mode::layer));
+  ASSERT_TRUE(p.ok()) << p.message();
+  ASSERT_EQ(noted(*p), 0);
+  EXPECT_EQ(p->notes[0], "splitting qwen35 (Gated DeltaNet hybrid) over several GPUs is not supported yet: a load "
+                         "given these GPUs serves it on the one it fits with the most room");
+  auto moe = preset_shape("qwen3-30b-a3b", "Q4_K_M");
+  p = make_memory_plan(moe->desc, two_cards(split_mode::layer));
+  ASSERT_TRUE(p.ok()) << p.message();
+  ASSERT_GE(noted(*p), 0);
+  EXPECT_NE(p->notes[noted(*p)].find("qwen3moe (mixture of experts)"), std::string::npos);
+  plan_options one = two_cards(split_mode::layer);
+  one.devices.resize(1);
+  p = make_memory_plan(hybrid->desc, one);
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(noted(*p), -1);
+  p = make_memory_plan(hybrid->desc, two_cards(split_mode::none));
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(noted(*p), -1);
+  auto dense = preset_shape("qwen3-32b", "Q4_K_M");
+  p = make_memory_plan(dense->desc, two_cards(split_mode::layer));
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(noted(*p), -1);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -118,5 +118,61 @@ TEST(gpu_fit, one_device_too_small_is_refused_with_the_sizes_it_counts) {
   }
 }
 
+// A model that cannot be split yet goes to the one listed device it fits with the most room,
+// caps counted; fitting none is an error naming each device's shortfall.
+device_spec sized_as(uint64_t bytes, const std::string& name) {
+  device_request r;
+  r.bytes = bytes;
+  r.text = name;
+  return sized_device(r);
+}
+
+TEST(pick_single_device, takes_the_device_it_fits_with_the_most_room) {
+  for (hparams hp : {test::tiny_model_options::qwen35_hparams(), test::tiny_model_options::qwen3moe_hparams()}) {
+    test::tiny_model_options o;
+    o.arch = hp.moe() ? "qwen3moe" : "qwen35";
+    o.hp = hp;
+    auto m = test::make_tiny_model(o);
+    ASSERT_TRUE(m.ok()) << m.message();
+    const model_desc& d = (*m)->desc;
+    kv_cache_config cache;
+    cache.n_ctx = 64;
+    const uint64_t MiB = 1ull << 20;
+    // Only the larger fits (the context estimate and margin alone exceed 600 MiB), in either order.
+    auto r = pick_single_device(d, {sized_as(600 * MiB, "600MiB"), sized_as(4096 * MiB, "4GiB")}, cache, 512);
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_EQ(*r, 1u);
+    r = pick_single_device(d, {sized_as(4096 * MiB, "4GiB"), sized_as(600 * MiB, "600MiB")}, cache, 512);
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_EQ(*r, 0u);
+    // Both fit: the one with more to spare.
+    r = pick_single_device(d, {sized_as(4096 * MiB, "4GiB"), sized_as(8192 * MiB, "8GiB")}, cache, 512);
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_EQ(*r, 1u);
+    // A cap counts, not the card's size: 32 GiB capped at 2 GiB has less room than a free 4 GiB.
+    device_request capped;
+    capped.cuda_id = 1;
+    capped.bytes = 2048 * MiB;
+    capped.text = "1=2GiB";
+    device_request whole;
+    whole.cuda_id = 0;
+    whole.text = "0";
+    r = pick_single_device(d,
+                           {measured_device(whole, "small", 4096 * MiB, 4096 * MiB),
+                            measured_device(capped, "big", 32768 * MiB, 32768 * MiB)},
+                           cache, 512);
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_EQ(*r, 0u);
+    // Fits none: each device is named with what it lacks.
+    r = pick_single_device(d, {sized_as(500 * MiB, "500MiB"), sized_as(600 * MiB, "600MiB")}, cache, 512);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.message().find("fits none of these GPUs alone"), std::string::npos) << r.message();
+    EXPECT_NE(r.message().find("500MiB is "), std::string::npos) << r.message();
+    EXPECT_NE(r.message().find("600MiB is "), std::string::npos) << r.message();
+    EXPECT_NE(r.message().find(" short (it needs "), std::string::npos) << r.message();
+    EXPECT_FALSE(pick_single_device(d, {}, cache, 512).ok());
+  }
+}
+
 }  // namespace
 }  // namespace tandem

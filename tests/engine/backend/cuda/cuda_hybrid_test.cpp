@@ -252,7 +252,7 @@ TEST(cuda_qwen35, refuses_splits) {
   layer.layers_per_device = {2, 2};
   auto a = make_cuda_backend((*m)->desc, layer);
   ASSERT_FALSE(a.ok());
-  EXPECT_NE(a.message().find("splitting qwen35 over several GPUs is not supported yet"), std::string::npos)
+  EXPECT_NE(a.message().find("splitting qwen35 (Gated DeltaNet hybrid) over several GPUs is not supported yet"), std::string::npos)
       << a.message();
   cuda_backend_options tensor;
   tensor.devices = {0, 1};
