@@ -12,13 +12,17 @@
 #include "kernels/arch.h"
 #include "kernels/cp_async.cuh"
 #include "kernels/device_attribute.h"
+#include "kernels/frag_decoders.cuh"
 #include "kernels/mma_sync.cuh"
 #include "kernels/moe_tiles.cuh"
 #include "kernels/pdl.cuh"
-#include "kernels/quant_blocks.cuh"
+#include "kernels/qgemm_frag_wg.cuh"
 
 namespace tandem {
 namespace {
+
+using frag::q4k_frag;
+using frag::q6k_frag;
 
 // W warps of 16 rows, every token in each warp. A stage holds one 256-column block of the 16 W
 // rows (the GGUF bytes, each address's value mod 16 kept) and the same 256 columns of x as fp16;
@@ -75,8 +79,9 @@ struct frag_geom {
 // i % 32 of token rows i / 32, + W, ..: x row rows[r] (a grouped tile's gathered rows; -1:
 // zeros) or r (zeros from n_tok). Pair (the fused SwiGLU): each half of the threads fills its
 // half of the tile, rows n0 .. n0 + BN / 2 - 1 of its own matrix w (gate for the first half, up
-// for the second), so that a thread holds one matrix pointer as in the unfused blocks.
-template <class G, int NT8, bool Pair = false>
+// for the second), so that a thread holds one matrix pointer as in the unfused blocks. Wg: x lands
+// where frag_wg::to_canonical reads it.
+template <class G, int NT8, bool Pair = false, bool Wg = false>
 struct stage_copy {
   static constexpr int copiers = Pair ? G::threads / 2 : G::threads, rows_per_mat = Pair ? G::BN / 2 : G::BN;
   static constexpr int J = (rows_per_mat * G::C + copiers - 1) / copiers, x_rows = (8 * NT8 + G::warps - 1) / G::warps;
@@ -121,128 +126,8 @@ struct stage_copy {
       if (tok >= 8 * NT8) break;
       const int r = rows ? rows[tok] : tok < n_tok ? tok : -1;
       const uint16_t* src = x + max(r, 0) * n_in + kb * KB + 8 * ch;
-      cp_async16(xs + tok * k_x_row + 16 * x_slot(ch, tok), src, r >= 0 ? 16 : 0);
-    }
-  }
-};
-
-// Bytes I and I + 1 of v (each < 64) as the fp16 pair 1024 + b: 0x64bb is 1024 + bb.
-template <int I>
-__device__ __forceinline__ __half2 magic_pair(uint32_t v) {
-  const uint32_t h = __byte_perm(v, 0x64646464u, 0x4040u | I | (I + 1) << 8);
-  return *reinterpret_cast<const __half2*>(&h);
-}
-
-__device__ __forceinline__ uint32_t bits(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
-
-// 8 bytes of shared memory at a 2-byte-aligned address (Q6_K blocks are 210 bytes).
-__device__ __forceinline__ uint2 lds8(const uint8_t* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  const auto* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
-  const int sh = 8 * static_cast<int>(a & 3u);
-  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
-  return make_uint2(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh));
-}
-
-// Decoders. Within a 256-column block lane t % 4 of a warp owns 64 columns; sub-step i of group
-// gi is the 8 columns col(t, gi, i) .. + 7, decoded for one row into 4 half2 words (columns
-// 0-1, 2-3, 4-5, 6-7), which are the A fragments of two m16n8k16 steps. The arithmetic is fp16
-// pairs (about 2 instructions a weight, where fp32 and a conversion took 4.5): the quant value
-// exactly (a magic-number pair less its bias), times its sub-block's scale rounded to fp16, less
-// the rounded min, rounded once. tests/kernels/qgemm_test.cpp computes the same weights.
-//
-// Q4_K: lane t owns 64-weight group t (32 quant bytes): low nibbles are sub-block 2t, high ones
-// 2t + 1; group gi (0..3) reads bytes 8 gi .. + 7 once for both.
-struct q4k_frag {
-  using type = block_q4_k;
-  static constexpr int G = 2, groups = 4;
-  // 8-token tiles from which 16-warp blocks serve: never. Two 8-warp blocks fit an SM at any
-  // count, and 256-row blocks (16 warps, or 8 of 32 rows) were no faster at 32 and 64 tokens
-  // on an H200 (4096 x 12288 the same, 4096 x 4096 and 12288 x 4096 slower): halving x's L2
-  // reads did not pay for fewer, larger blocks.
-  static constexpr int tall_from = 9;
-  struct scales {
-    __half2 d[2], m[2];  // (scale, scale) and (-min, -min) of sub-blocks 2t, 2t + 1
-  };
-  static __device__ __forceinline__ int col(int t, int gi, int i) { return 64 * t + 8 * (gi + 4 * i); }
-  static __device__ __forceinline__ scales prepare(const uint8_t* blk, int t) {
-    const uint32_t dm = *reinterpret_cast<const uint32_t*>(blk);
-    const float d = __half2float(__ushort_as_half(static_cast<uint16_t>(dm & 0xffffu)));
-    const float dmin = __half2float(__ushort_as_half(static_cast<uint16_t>(dm >> 16)));
-    scales s;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      int sc, m;
-      k_scale_min(2 * t + h, blk + 4, sc, m);
-      s.d[h] = __float2half2_rn(__fmul_rn(d, float(sc)));
-      s.m[h] = __float2half2_rn(-__fmul_rn(dmin, float(m)));
-    }
-    return s;
-  }
-  static __device__ __forceinline__ void decode(const uint8_t* blk, int t, int gi, const scales& s,
-                                                uint32_t (&w)[G][4]) {
-    const uint2 q = *reinterpret_cast<const uint2*>(blk + 16 + 32 * t + 8 * gi);
-    const uint32_t qw[2] = {q.x, q.y};
-    const __half2 bias = __float2half2_rn(1024.f);
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const uint32_t v[2] = {qw[k] & 0x0f0f0f0fu, (qw[k] >> 4) & 0x0f0f0f0fu};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        w[h][2 * k] = bits(__hfma2(__hsub2(magic_pair<0>(v[h]), bias), s.d[h], s.m[h]));
-        w[h][2 * k + 1] = bits(__hfma2(__hsub2(magic_pair<2>(v[h]), bias), s.d[h], s.m[h]));
-      }
-    }
-  }
-};
-
-// Q6_K: lane t owns l = 8t .. 8t + 7 of each quarter j of each half h (columns 128h + 32j + l):
-// low bits from ql[64h + l] (j 0, 2: low, high nibble) and ql[64h + 32 + l] (j 1, 3), high bits
-// 2j, 2j + 1 of qh[32h + l], scale scales[8h + 2j + t / 2]; group gi is half h.
-struct q6k_frag {
-  using type = block_q6_k;
-  static constexpr int G = 4, groups = 2;
-  // From 49 tokens a 128-row block's two stages take 122-127 KiB, one block (8 warps) an SM;
-  // a 256-row block of 16 warps keeps 16 warps an SM. (At 25-48 tokens two 128-row blocks fit,
-  // and 256-row ones were slower at 32.)
-  static constexpr int tall_from = 7;
-  struct scales {
-    float d;
-    uint32_t sc[2];  // byte j of sc[h]: the int8 scale of quarter j
-  };
-  static __device__ __forceinline__ int col(int t, int h, int j) { return 128 * h + 32 * j + 8 * t; }
-  static __device__ __forceinline__ scales prepare(const uint8_t* blk, int t) {
-    scales s;
-    s.d = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(blk + 208)));
-    const uint32_t sel = 0x6420u + 0x1111u * static_cast<uint32_t>(t / 2);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint2 b = lds8(blk + 192 + 8 * h);
-      s.sc[h] = __byte_perm(b.x, b.y, sel);
-    }
-    return s;
-  }
-  static __device__ __forceinline__ void decode(const uint8_t* blk, int t, int h, const scales& s,
-                                                uint32_t (&w)[G][4]) {
-    const uint2 qa = lds8(blk + 64 * h + 8 * t), qb = lds8(blk + 64 * h + 32 + 8 * t);
-    const uint2 qc = lds8(blk + 128 + 32 * h + 8 * t);
-    __half2 ds[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      ds[j] = __float2half2_rn(__fmul_rn(s.d, float(static_cast<int8_t>((s.sc[h] >> (8 * j)) & 0xffu))));
-    const uint32_t a[2] = {qa.x, qa.y}, b[2] = {qb.x, qb.y}, c[2] = {qc.x, qc.y};
-    const __half2 bias = __float2half2_rn(1056.f);  // 1024 + 32: the pairs become q - 32
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const uint32_t v[4] = {(a[k] & 0x0f0f0f0fu) | ((c[k] << 4) & 0x30303030u),
-                             (b[k] & 0x0f0f0f0fu) | ((c[k] << 2) & 0x30303030u),
-                             ((a[k] >> 4) & 0x0f0f0f0fu) | (c[k] & 0x30303030u),
-                             ((b[k] >> 4) & 0x0f0f0f0fu) | ((c[k] >> 2) & 0x30303030u)};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        w[j][2 * k] = bits(__hmul2(__hsub2(magic_pair<0>(v[j]), bias), ds[j]));
-        w[j][2 * k + 1] = bits(__hmul2(__hsub2(magic_pair<2>(v[j]), bias), ds[j]));
-      }
+      const int slot = frag_wg::on<Wg> ? frag_wg::land_slot(ch, tok) : x_slot(ch, tok);
+      cp_async16(xs + tok * k_x_row + 16 * slot, src, r >= 0 ? 16 : 0);
     }
   }
 };
@@ -276,9 +161,10 @@ __device__ __forceinline__ void block_products(const uint8_t* blk_a, const uint8
 
 // The K loop over blocks kb0 .. kb0 + nkb - 1, from the S stages already copied (each its own
 // cp.async group): acc of this thread's rows ra, ra + 8 (row pointers base_a, base_b). Skip
-// (64-token blocks): only the 8-token tiles below nt, in one of three unrolled forms.
-template <class D, int NT8, class G, bool Pair, bool Skip = false>
-__device__ __forceinline__ void k_loop(const stage_copy<G, NT8, Pair>& copy, uint8_t* dyn, int64_t kb0, int nkb, int ra,
+// (64-token blocks): only the 8-token tiles below nt, in one of three unrolled forms. Wg (with
+// Skip): each landed stage is rearranged for wgmma, then multiplied by it (kernels/qgemm_frag_wg.cuh).
+template <class D, int NT8, class G, bool Pair, bool Skip = false, bool Wg = false>
+__device__ __forceinline__ void k_loop(const stage_copy<G, NT8, Pair, Wg>& copy, uint8_t* dyn, int64_t kb0, int nkb, int ra,
                                        uintptr_t base_a, uintptr_t base_b, float (&acc)[NT8][4], int nt = NT8) {
   constexpr int S = G::S;
   const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
@@ -295,7 +181,13 @@ __device__ __forceinline__ void k_loop(const stage_copy<G, NT8, Pair>& copy, uin
     const auto kbytes = static_cast<uintptr_t>((kb0 + s) * G::span);
     const uint8_t* blk_a = st + ra * G::P + ((base_a + kbytes) & 15u);
     const uint8_t* blk_b = st + (ra + 8) * G::P + ((base_b + kbytes) & 15u);
-    if constexpr (Skip && NT8 == 8) {
+    if constexpr (frag_wg::on<Wg> && Skip && NT8 == 8) {
+      uint8_t* xs = stage(s) + G::w_bytes;
+      frag_wg::to_canonical<D>(xs);
+      if (nt > 4) frag_wg::stage_products<D, 64>(blk_a, blk_b, xs, t, acc);
+      else if (nt > 2) frag_wg::stage_products<D, 32>(blk_a, blk_b, xs, t, acc);
+      else frag_wg::stage_products<D, 16>(blk_a, blk_b, xs, t, acc);
+    } else if constexpr (Skip && NT8 == 8) {
       if (nt > 4) block_products<D, 8>(blk_a, blk_b, st + G::w_bytes, g, t, acc);
       else if (nt > 2) block_products<D, 8, 4>(blk_a, blk_b, st + G::w_bytes, g, t, acc);
       else block_products<D, 8, 2>(blk_a, blk_b, st + G::w_bytes, g, t, acc);
@@ -414,12 +306,13 @@ __device__ __forceinline__ int block_row_tile(const qgemm_frag_grouped_args& g, 
 // rows, row tiles); warps 0-3 take gate's rows, warps 4-7 the same rows of up, each output's
 // products in the unfused blocks' order. The 8-token tiles past the row tile's last row are
 // skipped (Qwen3-30B's fused gate+up+SwiGLU 621 -> 602 us, Qwen3.5-35B pp2048 +1.8%, one H200).
-template <class D, bool Swiglu>
+// Wg: the products by wgmma where the pass has it (warps 0-3 and 4-7 are its two warpgroups).
+template <class D, bool Swiglu, bool Wg>
 __global__ void __launch_bounds__(frag_geom<typename D::type, 8, 8>::threads, frag_geom<typename D::type, 8, 8>::min_blocks)
     qgemm_frag_grouped_kernel(qgemm_frag_grouped_args g) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using G = frag_geom<typename D::type, 8, 8>;
-  using copy_t = stage_copy<G, 8, Swiglu>;
+  using copy_t = stage_copy<G, 8, Swiglu, Wg>;
   static_assert(G::threads == 256 && 128 * 8 * 4 * sizeof(float) <= G::smem, "swiglu_combine's exchange");
   extern __shared__ __align__(128) uint8_t dyn[];
   __shared__ int src[64], dst[64];
@@ -444,7 +337,7 @@ __global__ void __launch_bounds__(frag_geom<typename D::type, 8, 8>::threads, fr
   const auto base_a = reinterpret_cast<uintptr_t>(w + min(n0 + rm, g.n_out - 1) * g.row_bytes);
   const auto base_b = reinterpret_cast<uintptr_t>(w + min(n0 + rm + 8, g.n_out - 1) * g.row_bytes);
   float acc[8][4] = {};
-  k_loop<D, 8, G, Swiglu, true>(copy, dyn, 0, static_cast<int>(nkb), ra, base_a, base_b, acc, (live + 7) / 8);
+  k_loop<D, 8, G, Swiglu, true, Wg>(copy, dyn, 0, static_cast<int>(nkb), ra, base_a, base_b, acc, (live + 7) / 8);
   pdl_trigger();
   if constexpr (Swiglu) {
     if (!swiglu_combine<8>(acc, dyn)) return;
@@ -502,19 +395,21 @@ __device__ __forceinline__ void copy_weight_stage(const uint8_t* w, int64_t n_ou
 }
 
 // x's columns of block kb for the 64 token rows src (-1: zeros) into xs, as stage_copy::tokens
-// (256 threads: 8 rows each).
+// (256 threads: 8 rows each; Wg: where frag_wg::to_canonical reads them).
+template <bool Wg>
 __device__ __forceinline__ void copy_x_stage(const uint16_t* x, int64_t n_in, const int* src, int kb, uint8_t* xs) {
   const int ch = threadIdx.x % 32;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const int tok = threadIdx.x / 32 + 8 * i, r = src[tok];
-    cp_async16(xs + tok * k_x_row + 16 * x_slot(ch, tok), x + max(r, 0) * n_in + kb * KB + 8 * ch, r >= 0 ? 16 : 0);
+    const int slot = frag_wg::on<Wg> ? frag_wg::land_slot(ch, tok) : x_slot(ch, tok);
+    cp_async16(xs + tok * k_x_row + 16 * slot, x + max(r, 0) * n_in + kb * KB + 8 * ch, r >= 0 ? 16 : 0);
   }
 }
 
 // One step's products: weight slot st (rows n0 .., 256-column block kb) against x's block xs,
-// for the nt 8-token tiles that hold rows (one of three unrolled forms).
-template <class D, class G>
+// for the nt 8-token tiles that hold rows (one of three unrolled forms; Wg: by wgmma, xs canonical).
+template <class D, class G, bool Wg>
 __device__ __forceinline__ void item_products(const uint8_t* st, const uint8_t* xs, const uint8_t* w, int64_t n_out,
                                               int64_t row_bytes, int64_t n0, int kb, int ra, int nt,
                                               float (&acc)[8][4]) {
@@ -524,6 +419,12 @@ __device__ __forceinline__ void item_products(const uint8_t* st, const uint8_t* 
   const uint8_t* blk_a = st + ra * G::P + ((base_a + kbytes) & 15u);
   const uint8_t* blk_b = st + (ra + 8) * G::P + ((base_b + kbytes) & 15u);
   const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  if constexpr (frag_wg::on<Wg>) {
+    if (nt > 4) frag_wg::stage_products<D, 64>(blk_a, blk_b, xs, t, acc);
+    else if (nt > 2) frag_wg::stage_products<D, 32>(blk_a, blk_b, xs, t, acc);
+    else frag_wg::stage_products<D, 16>(blk_a, blk_b, xs, t, acc);
+    return;
+  }
   if (nt > 4) block_products<D, 8>(blk_a, blk_b, xs, g, t, acc);
   else if (nt > 2) block_products<D, 8, 4>(blk_a, blk_b, xs, g, t, acc);
   else block_products<D, 8, 2>(blk_a, blk_b, xs, g, t, acc);
@@ -533,8 +434,9 @@ __device__ __forceinline__ void item_products(const uint8_t* st, const uint8_t* 
 // of a block is 256-column block q % nkb of its item q / nkb, through weight slot q % S; its
 // copies are one cp.async group (item 0's also x's block q), so k_loop's ring order holds.
 // (An overload of the one-tile kernel's name, so that scripts/check_occupancy.py's family, 256
-// threads, covers it.)
-template <class D>
+// threads, covers it.) Wg: the products by wgmma where the pass has it, each x block rearranged
+// for it once it has landed.
+template <class D, bool Wg>
 __global__ void __launch_bounds__(256, items_geom<D>::min_blocks)
     qgemm_frag_grouped_kernel(qgemm_frag_grouped_args g, int items) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -556,7 +458,7 @@ __global__ void __launch_bounds__(256, items_geom<D>::min_blocks)
   const auto copy = [&](int q) {
     const int it = q / nkb, kb = q - it * nkb;
     copy_weight_stage<G>(w, g.n_out, g.row_bytes, (item0 + it) * G::BN, kb, slots + q % S * G::w_bytes);
-    if (q < nkb) copy_x_stage(g.x16, g.n_in, src, q, dyn + q * I::x_stage);
+    if (q < nkb) copy_x_stage<Wg>(g.x16, g.n_in, src, q, dyn + q * I::x_stage);
   };
   for (int q = 0; q < S; ++q) {
     if (q < steps) copy(q);
@@ -573,7 +475,10 @@ __global__ void __launch_bounds__(256, items_geom<D>::min_blocks)
     if (q > 0 && q + S - 1 < steps) copy(q + S - 1);
     cp_async_commit();
     if (q + 1 == steps) pdl_trigger();
-    item_products<D, G>(slots + q % S * G::w_bytes, dyn + kb * I::x_stage, w, g.n_out, g.row_bytes, n0, kb, ra, nt,
+    if constexpr (frag_wg::on<Wg>) {
+      if (q < nkb) frag_wg::to_canonical<D>(dyn + q * I::x_stage);
+    }
+    item_products<D, G, Wg>(slots + q % S * G::w_bytes, dyn + kb * I::x_stage, w, g.n_out, g.row_bytes, n0, kb, ra, nt,
                         acc);
     if (++kb < nkb) continue;
     for_outputs<8>(ra, acc, [&](int r, int tok, float v) {
@@ -655,10 +560,10 @@ cudaError_t launch_type(const qgemm_frag_args& a, cudaStream_t s) {
   });
 }
 
-template <class D, bool Swiglu>
+template <class D, bool Swiglu, bool Wg>
 cudaError_t launch_grouped(const qgemm_frag_grouped_args& a, cudaStream_t s) {
   using G = frag_geom<typename D::type, 8, 8>;
-  constexpr auto kernel = qgemm_frag_grouped_kernel<D, Swiglu>;
+  constexpr auto kernel = qgemm_frag_grouped_kernel<D, Swiglu, Wg>;
   constexpr int rows = Swiglu ? G::BN / 2 : G::BN;
   const cudaError_t e = allow_dynamic_smem_once<kernel>(G::smem);
   if (e != cudaSuccess) return e;
@@ -679,10 +584,10 @@ int grouped_items(int64_t tiles) {
   return static_cast<int>((tiles + blocks - 1) / blocks);
 }
 
-template <class D>
+template <class D, bool Wg>
 cudaError_t launch_grouped_items(const qgemm_frag_grouped_args& a, int items, cudaStream_t s) {
   using I = items_geom<D>;
-  constexpr void (*kernel)(qgemm_frag_grouped_args, int) = qgemm_frag_grouped_kernel<D>;
+  constexpr void (*kernel)(qgemm_frag_grouped_args, int) = qgemm_frag_grouped_kernel<D, Wg>;
   // The most any launch asks, where the device has it (launch_grouped_type checks this one's).
   const cudaError_t e = allow_dynamic_smem_once<kernel>(std::min(I::smem(I::max_nkb), kernel_smem_optin()));
   if (e != cudaSuccess) return e;
@@ -695,18 +600,28 @@ cudaError_t launch_grouped_items(const qgemm_frag_grouped_args& a, int items, cu
 // leaves as many blocks an SM as the one-tile kernel is built for: Q4_K at 768 inputs (x resident,
 // 136 KiB) would be one block an SM against two, and took Qwen3-30B's down projection from 360
 // to 418 us on an H200; Q6_K is one block an SM either way.
-template <class D>
-cudaError_t launch_grouped_type(const qgemm_frag_grouped_args& a, cudaStream_t s) {
-  if (a.swiglu) return launch_grouped<D, true>(a, s);
+template <class D, bool Wg>
+cudaError_t launch_grouped_form(const qgemm_frag_grouped_args& a, cudaStream_t s) {
+  if (a.swiglu) return launch_grouped<D, true, Wg>(a, s);
   using I = items_geom<D>;
   const int64_t nkb = a.n_in / KB;
   const int per_sm = device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>();
   if (nkb >= 1 && nkb <= I::max_nkb && I::smem(static_cast<int>(nkb)) <= kernel_smem_optin() &&
       per_sm / (I::smem(static_cast<int>(nkb)) + 1024) >= I::G::min_blocks) {
     const int items = grouped_items((a.n_out + I::G::BN - 1) / I::G::BN);
-    if (items > 0) return launch_grouped_items<D>(a, items, s);
+    if (items > 0) return launch_grouped_items<D, Wg>(a, items, s);
   }
-  return launch_grouped<D, false>(a, s);
+  return launch_grouped<D, false, Wg>(a, s);
+}
+
+// The grouped GEMMs' products by wgmma on sm_90 (where the build has its sm_90a code; without
+// it these kernels run their mma.sync form): TANDEM_QGEMM_WGMMA=0 keeps mma.sync, to compare,
+// read at every launch so that one run can time both.
+template <class D>
+cudaError_t launch_grouped_type(const qgemm_frag_grouped_args& a, cudaStream_t s) {
+  const char* e = std::getenv("TANDEM_QGEMM_WGMMA");
+  const bool off = e && e[0] == '0' && e[1] == 0;
+  return !off && kernel_arch() >= 90 ? launch_grouped_form<D, true>(a, s) : launch_grouped_form<D, false>(a, s);
 }
 
 }  // namespace

@@ -300,27 +300,27 @@ TEST(moe, grouped_gemm_matches_cpu) {
   for (const auto& c : cases) check_gemm(c);
 }
 
-// TANDEM_QGEMM_GROUPED_ITEMS (kernels/qgemm_frag.cu: the column tiles a short-K grouped block of
-// the fragment path takes; "0": the one-tile blocks; nullptr: unset, the default) while in scope.
-// The launcher reads it at every launch.
-class grouped_items_env {
+// An environment variable set to v (nullptr: unset) while in scope: the fragment path's launchers
+// read TANDEM_QGEMM_GROUPED_ITEMS (the column tiles a short-K grouped block takes; "0": the
+// one-tile blocks) and TANDEM_QGEMM_WGMMA ("0": mma.sync on sm_90) at every launch.
+class scoped_env {
  public:
-  explicit grouped_items_env(const char* v) {
-    const char* old = std::getenv(k_name);
+  scoped_env(const char* name, const char* v) : name_(name) {
+    const char* old = std::getenv(name_);
     had_ = old != nullptr;
     if (had_) saved_ = old;
-    if (v) setenv(k_name, v, 1);
-    else unsetenv(k_name);
+    if (v) setenv(name_, v, 1);
+    else unsetenv(name_);
   }
-  ~grouped_items_env() {
-    if (had_) setenv(k_name, saved_.c_str(), 1);
-    else unsetenv(k_name);
+  ~scoped_env() {
+    if (had_) setenv(name_, saved_.c_str(), 1);
+    else unsetenv(name_);
   }
-  grouped_items_env(const grouped_items_env&) = delete;
-  grouped_items_env& operator=(const grouped_items_env&) = delete;
+  scoped_env(const scoped_env&) = delete;
+  scoped_env& operator=(const scoped_env&) = delete;
 
  private:
-  static constexpr const char* k_name = "TANDEM_QGEMM_GROUPED_ITEMS";
+  const char* name_;
   bool had_ = false;
   std::string saved_;
 };
@@ -335,7 +335,7 @@ std::vector<float> gemm_outputs(const gemm_case& c, const experts (&ex)[2], cons
   dev<float> dx(randoms(size_t(x_rows * c.n_in), 41, -2.f, 2.f)), y0(size_t(n_pairs * c.n_out)),
       y1(size_t(n_pairs * c.n_out));
   const moe_matvec_output outs[2] = {{w0.p, y0.p}, {w1.p, y1.p}};
-  const grouped_items_env env(items);
+  const scoped_env env("TANDEM_QGEMM_GROUPED_ITEMS", items);
   EXPECT_EQ(launch_moe_gemm(c.type, outs, c.n_outs, ex[0].stride, c.n_expert, c.n_in, c.n_out, dx.p, c.x_rows,
                             c.y_rows, c.n_tok, c.k, offsets.p, perm.p, tiles.p, work.p, nullptr),
             cudaSuccess);
@@ -349,8 +349,7 @@ std::vector<float> gemm_outputs(const gemm_case& c, const experts (&ex)[2], cons
 // on sm_80+, where their shared memory fits) against the one-tile blocks: the same products in
 // the same order, so the same bits, at any tiles a block (partial column and row tiles, idle
 // experts, one expert with every row, two sets, 1-4 K blocks, a last block with fewer tiles).
-TEST(moe, grouped_gemm_items_are_one_tile_bits) {
-  REQUIRE_GPU();
+void check_items_are_one_tile_bits() {
   using mr = moe_rows;
   const gemm_case cases[] = {
       {ggml_type::q4_k, 37, 4, 8, 512, 200, mr::by_token, mr::grouped, 0, 2},
@@ -376,6 +375,11 @@ TEST(moe, grouped_gemm_items_are_one_tile_bits) {
       }
     }
   }
+}
+
+TEST(moe, grouped_gemm_items_are_one_tile_bits) {
+  REQUIRE_GPU();
+  check_items_are_one_tile_bits();
 }
 
 TEST(moe, prefill_pipeline_with_device_grouping) {
@@ -486,6 +490,27 @@ TEST(moe, grouped_gemm_swiglu_is_gemm_then_swiglu) {
   for (const auto& c : cases) check_gemm_swiglu(c);
 }
 
+// On sm_90 the fragment path's grouped GEMMs multiply by wgmma (kernels/qgemm_frag_wg.cuh), which
+// the tests above check; its mma.sync form (sm_80, and sm_90 with TANDEM_QGEMM_WGMMA=0) against
+// the same CPU sums and bit identities.
+TEST(moe, grouped_gemm_mma_sync_form_matches_cpu) {
+  REQUIRE_GPU();
+  using mr = moe_rows;
+  const scoped_env env("TANDEM_QGEMM_WGMMA", "0");
+  const gemm_case plain[] = {
+      {ggml_type::q4_k, 37, 4, 8, 512, 200, mr::by_token, mr::grouped, 0, 2},
+      {ggml_type::q6_k, 90, 4, 6, 768, 130, mr::grouped, mr::by_pair, 2, 1},
+      {ggml_type::q6_k, 200, 8, 4, 256, 64, mr::by_token, mr::grouped, 1, 2},
+  };
+  for (const auto& c : plain) check_gemm(c);
+  const gemm_case fused[] = {
+      {ggml_type::q4_k, 37, 8, 16, 2048, 64, mr::by_token, mr::by_pair, 0, 2},
+      {ggml_type::q6_k, 90, 4, 6, 768, 130, mr::grouped, mr::by_pair, 2, 2},
+  };
+  for (const auto& c : fused) check_gemm_swiglu(c);
+  check_items_are_one_tile_bits();
+}
+
 TEST(moe, grouped_gemm_swiglu_rejects_bad_arguments) {
   REQUIRE_GPU();
   const int n_expert = 4, n_tok = 3, k = 2;
@@ -590,7 +615,7 @@ TEST(big, moe_prefill_down_35b) {
     const moe_matvec_output o{w.p, y.p};
     std::vector<float> want;
     for (const char* items : {"0", static_cast<const char*>(nullptr), "8", "16"}) {
-      const grouped_items_env env(items);
+      const scoped_env env("TANDEM_QGEMM_GROUPED_ITEMS", items);
       const double us = time_us([&](int, cudaStream_t s) {
         launch_moe_gemm(t, &o, 1, stride, n_expert, n_ff, n_embd, x.p, moe_rows::grouped, moe_rows::by_pair, n_tok,
                         k, offsets.p, perm.p, tiles.p, work.p, s);
