@@ -166,6 +166,8 @@ __device__ __forceinline__ void block_products(const uint8_t* blk_a, const uint8
 template <class D, int NT8, class G, bool Pair, bool Skip = false, bool Wg = false>
 __device__ __forceinline__ void k_loop(const stage_copy<G, NT8, Pair, Wg>& copy, uint8_t* dyn, int64_t kb0, int nkb, int ra,
                                        uintptr_t base_a, uintptr_t base_b, float (&acc)[NT8][4], int nt = NT8) {
+  // Wg's stages land where only the wgmma products read them: no other form may take them.
+  static_assert(!Wg || (Skip && NT8 == 8), "the wgmma form serves the 64-token grouped blocks only");
   constexpr int S = G::S;
   const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   const auto stage = [&](int s) { return dyn + (s % S) * G::stage; };
